@@ -1,0 +1,80 @@
+//! The command line: clap commands, terminal output and exit codes.
+//!
+//! This is the only module that prints. Everything below it returns values or emits
+//! `tracing` events; `cli` turns them into text for a person or JSON for a program.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes of DESIGN.md.
+pub mod exit {
+    /// The run succeeded.
+    pub const SUCCEEDED: u8 = 0;
+    /// The run failed (tests still failing).
+    pub const FAILED: u8 = 1;
+    /// Usage or configuration error.
+    pub const USAGE: u8 = 2;
+    /// A budget was exhausted.
+    pub const BUDGET: u8 = 3;
+    /// The run awaits approval.
+    pub const AWAITING_APPROVAL: u8 = 4;
+    /// Refused by policy.
+    pub const POLICY: u8 = 5;
+}
+
+/// git-agent: turns a request into a branch of verified commits and a pull request.
+#[derive(Debug, Parser)]
+#[command(name = "git-agent", bin_name = "git agent", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter (also `GIT_AGENT_LOG`), e.g. `debug` or `git_agent=trace`.
+    #[arg(long, global = true, env = "GIT_AGENT_LOG", default_value = "warn")]
+    pub log: String,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands. Each appears here when it works end to end.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the resolved configuration and where each value came from.
+    Config(config_cmd::Args),
+}
+
+mod config_cmd;
+pub mod context;
+
+/// Parse the command line, run it and map the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_tracing(&cli.log);
+    let result = match cli.command {
+        Command::Config(args) => config_cmd::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit::USAGE)
+        }
+    }
+}
+
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

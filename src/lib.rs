@@ -1,0 +1,10 @@
+//! git-agent: a git-native coding agent.
+//!
+//! A request (an issue label, an `/agent` comment, a failed CI run or `git agent fix "…"`)
+//! becomes a [`task`](crate) handed to one engine, which works in an isolated git worktree and
+//! ends in a branch of verified commits and a pull request. See `docs/ARCHITECTURE.md` for the
+//! module map; each module's own docs say what it owns.
+
+pub mod cli;
+pub mod config;
+pub mod workspace;

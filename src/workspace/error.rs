@@ -1,0 +1,99 @@
+use std::path::PathBuf;
+
+/// Errors of the git engine. Messages name the repository, ref or path that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No repository at or above a path.
+    #[error("not a git repository (or any parent): {path}: {message}")]
+    NotARepo {
+        /// Where we looked.
+        path: PathBuf,
+        /// gix's reason.
+        message: String,
+    },
+    /// A revision did not resolve.
+    #[error("cannot resolve revision `{rev}`: {message}")]
+    BadRev {
+        /// The revision as given.
+        rev: String,
+        /// Why.
+        message: String,
+    },
+    /// A branch already exists and we were not resuming.
+    #[error("branch `{0}` already exists; pick another name or resume the run that owns it")]
+    BranchExists(String),
+    /// A name is not usable as a branch or run id.
+    #[error("invalid name `{name}`: {why}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why it is refused.
+        why: String,
+    },
+    /// A push went to a branch outside the allowed prefix.
+    #[error("refusing to push `{branch}`: agent pushes only go to branches under `{prefix}`")]
+    PushRefused {
+        /// Branch we were asked to push.
+        branch: String,
+        /// The allowed prefix.
+        prefix: String,
+    },
+    /// A `git` subprocess failed.
+    #[error("git {args} failed ({status}): {stderr}")]
+    GitCli {
+        /// The arguments (never containing credentials).
+        args: String,
+        /// Exit status.
+        status: String,
+        /// Its standard error, trimmed.
+        stderr: String,
+    },
+    /// A gix operation failed.
+    #[error("{context}: {message}")]
+    Git {
+        /// What we were doing.
+        context: String,
+        /// gix's message.
+        message: String,
+    },
+    /// A filesystem operation failed.
+    #[error("{context} {path}: {source}")]
+    Io {
+        /// What we were doing.
+        context: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with the workspace [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attach context to gix errors.
+pub(crate) trait GixContext<T> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E: std::fmt::Display> GixContext<T> for std::result::Result<T, E> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error::Git {
+            context: context(),
+            message: e.to_string(),
+        })
+    }
+}
+
+#[allow(dead_code)]
+pub(crate) fn io_err(
+    context: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.into();
+    move |source| Error::Io {
+        context,
+        path,
+        source,
+    }
+}

@@ -1,0 +1,127 @@
+use std::path::{Path, PathBuf};
+
+use gix::bstr::ByteSlice;
+
+use super::error::{Error, GixContext, Result};
+
+/// An open repository. Cheap to clone (gix shares its object caches per thread-safe handle).
+#[derive(Clone)]
+pub struct Repo {
+    inner: gix::Repository,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repo")
+            .field("git_dir", &self.inner.git_dir())
+            .finish()
+    }
+}
+
+/// Open options that never let the repository's own config name a program we would run:
+/// no system or global config, and filter drivers only from our own (API) overrides.
+pub(crate) fn hardened_open_options() -> gix::open::Options {
+    gix::open::Options::isolated()
+        .filter_config_section(|meta| {
+            !matches!(
+                meta.source,
+                gix::config::Source::Local | gix::config::Source::Worktree
+            )
+        })
+        .config_overrides(["core.fsmonitor=false"])
+}
+
+impl Repo {
+    /// Open the repository containing `path` (the path may be anywhere inside its work tree).
+    pub fn discover(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let opts = hardened_open_options();
+        let inner =
+            gix::discover_opts(path, Default::default(), opts).map_err(|e| Error::NotARepo {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        Ok(Self { inner })
+    }
+
+    /// Open exactly the repository at `git_dir_or_workdir`, without searching upwards.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let inner = hardened_open_options()
+            .open(path.to_path_buf())
+            .map(gix::Repository::from)
+            .map_err(|e| Error::NotARepo {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        Ok(Self { inner })
+    }
+
+    /// The gix handle, for modules (such as `index`) that read objects directly.
+    pub fn gix(&self) -> &gix::Repository {
+        &self.inner
+    }
+
+    /// The directory shared by all worktrees (`.git` of the main worktree).
+    pub fn common_dir(&self) -> &Path {
+        self.inner.common_dir()
+    }
+
+    /// This worktree's private git directory.
+    pub fn git_dir(&self) -> &Path {
+        self.inner.git_dir()
+    }
+
+    /// The work tree root, if the repository has one.
+    pub fn workdir(&self) -> Option<&Path> {
+        self.inner.workdir()
+    }
+
+    /// git-agent's own state directory: `<git-common-dir>/agent`.
+    pub fn agent_dir(&self) -> PathBuf {
+        self.common_dir().join("agent")
+    }
+
+    /// Resolve a revision (`main`, `origin/main`, `HEAD~2`, a SHA) to a commit id.
+    pub fn resolve(&self, rev: &str) -> Result<gix::ObjectId> {
+        let id = self
+            .inner
+            .rev_parse_single(rev.as_bytes().as_bstr())
+            .map_err(|e| Error::BadRev {
+                rev: rev.to_string(),
+                message: e.to_string(),
+            })?;
+        let commit = id
+            .object()
+            .ctx(|| format!("reading object of `{rev}`"))?
+            .peel_to_commit()
+            .map_err(|e| Error::BadRev {
+                rev: rev.to_string(),
+                message: format!("not a commit: {e}"),
+            })?;
+        Ok(commit.id)
+    }
+
+    /// The bytes of `path` in the tree of `rev`, or `None` when the path is not there.
+    /// Reads the object database only: the work tree is never consulted.
+    pub fn read_file_at(&self, rev: &str, path: &str) -> Result<Option<Vec<u8>>> {
+        let commit_id = self.resolve(rev)?;
+        let tree = self
+            .inner
+            .find_commit(commit_id)
+            .ctx(|| format!("reading commit {commit_id}"))?
+            .tree()
+            .ctx(|| format!("reading tree of {commit_id}"))?;
+        let Some(entry) = tree
+            .lookup_entry_by_path(path)
+            .ctx(|| format!("looking up {path} in {rev}"))?
+        else {
+            return Ok(None);
+        };
+        if !entry.mode().is_blob() {
+            return Ok(None);
+        }
+        let blob = entry.object().ctx(|| format!("reading {rev}:{path}"))?;
+        Ok(Some(blob.detach().data))
+    }
+}
