@@ -8,8 +8,33 @@
 //! This module must not know about models, tools or policy; it moves bytes between the object
 //! database, the index and the work tree.
 
+mod commit;
+mod diff;
 mod error;
+mod git_cli;
+mod record;
+mod remote;
 mod repo;
+mod worktree;
 
+pub use commit::CommitRequest;
+pub use diff::{Diff, FileDiff, FileStatus};
 pub use error::{Error, Result};
+pub use record::run_ref;
+pub use remote::Credentials;
 pub use repo::Repo;
+pub use worktree::{Provenance, Worktree, WorktreeOptions, WorktreeRequest};
+
+/// A repository-relative path (bytes, `/`-separated) as a filesystem path.
+#[cfg(unix)]
+pub(crate) fn rela_path(rela: &gix::bstr::BStr) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt as _;
+    std::path::PathBuf::from(std::ffi::OsStr::from_bytes(rela))
+}
+
+/// A filesystem path's bytes (symlink targets are stored as they are).
+#[cfg(unix)]
+pub(crate) fn path_bytes(p: &std::path::Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt as _;
+    p.as_os_str().as_bytes().to_vec()
+}

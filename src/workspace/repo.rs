@@ -8,6 +8,9 @@ use super::error::{Error, GixContext, Result};
 #[derive(Clone)]
 pub struct Repo {
     inner: gix::Repository,
+    /// `common_dir`, canonicalized once so paths derived from it compare equal whichever
+    /// worktree the repository was opened from.
+    common: PathBuf,
 }
 
 impl std::fmt::Debug for Repo {
@@ -28,7 +31,14 @@ pub(crate) fn hardened_open_options() -> gix::open::Options {
                 gix::config::Source::Local | gix::config::Source::Worktree
             )
         })
-        .config_overrides(["core.fsmonitor=false"])
+        .config_overrides([
+            "core.fsmonitor=false",
+            // Reflogs need a committer; the machine may have no git identity at all.
+            "gitoxide.committer.nameFallback=git-agent",
+            "gitoxide.committer.emailFallback=git-agent@localhost",
+            "gitoxide.author.nameFallback=git-agent",
+            "gitoxide.author.emailFallback=git-agent@localhost",
+        ])
 }
 
 impl Repo {
@@ -41,7 +51,7 @@ impl Repo {
                 path: path.to_path_buf(),
                 message: e.to_string(),
             })?;
-        Ok(Self { inner })
+        Ok(Self::wrap(inner))
     }
 
     /// Open exactly the repository at `git_dir_or_workdir`, without searching upwards.
@@ -54,7 +64,13 @@ impl Repo {
                 path: path.to_path_buf(),
                 message: e.to_string(),
             })?;
-        Ok(Self { inner })
+        Ok(Self::wrap(inner))
+    }
+
+    fn wrap(inner: gix::Repository) -> Self {
+        let common = std::fs::canonicalize(inner.common_dir())
+            .unwrap_or_else(|_| inner.common_dir().to_path_buf());
+        Self { inner, common }
     }
 
     /// The gix handle, for modules (such as `index`) that read objects directly.
@@ -64,7 +80,7 @@ impl Repo {
 
     /// The directory shared by all worktrees (`.git` of the main worktree).
     pub fn common_dir(&self) -> &Path {
-        self.inner.common_dir()
+        &self.common
     }
 
     /// This worktree's private git directory.

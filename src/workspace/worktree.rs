@@ -1,0 +1,514 @@
+//! Run worktrees: creation on a new branch, the warm pool, reset/rollback, removal.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use gix::bstr::{BStr, BString, ByteSlice};
+use gix::refs::transaction::PreviousValue;
+
+use super::error::{Error, GixContext, Result, io_err};
+use super::repo::Repo;
+
+/// What to create.
+#[derive(Debug, Clone)]
+pub struct WorktreeRequest {
+    /// The run id; names the directory `<git-common-dir>/agent/worktrees/<run-id>`.
+    pub run_id: String,
+    /// The full branch name to create (e.g. `agent/42-fix-dates`), without `refs/heads/`.
+    pub branch: String,
+    /// The revision the branch starts from.
+    pub base: String,
+}
+
+/// How to create it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WorktreeOptions {
+    /// Continue a run: an existing branch of that name is checked out instead of refused.
+    pub resume: bool,
+    /// Reuse a pooled worktree of a finished run when one is available.
+    pub warm: bool,
+}
+
+/// A linked worktree owned by one run.
+#[derive(Debug, Clone)]
+pub struct Worktree {
+    repo: Repo,
+    path: PathBuf,
+    run_id: String,
+    branch: String,
+    base: gix::ObjectId,
+}
+
+/// How a worktree came to be, for progress output and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// Checked out from scratch.
+    Fresh,
+    /// Taken from the warm pool and reset.
+    Warm {
+        /// Files written or removed by the reset.
+        files_changed: usize,
+    },
+    /// An existing run worktree, reopened.
+    Reopened,
+}
+
+fn validate_name(name: &str, what: &str) -> Result<()> {
+    let bad = name.is_empty()
+        || name.starts_with('-')
+        || name.starts_with('/')
+        || name.ends_with('/')
+        || name.ends_with(".lock")
+        || name.contains("..")
+        || name.contains("//")
+        || name
+            .chars()
+            .any(|c| c.is_control() || " ~^:?*[\\".contains(c));
+    if bad {
+        return Err(Error::InvalidName {
+            name: name.to_string(),
+            why: format!("not a valid {what}"),
+        });
+    }
+    Ok(())
+}
+
+impl Repo {
+    /// Directory holding run worktrees.
+    pub fn worktrees_dir(&self) -> PathBuf {
+        self.agent_dir().join("worktrees")
+    }
+
+    fn pool_dir(&self) -> PathBuf {
+        self.agent_dir().join("pool")
+    }
+
+    /// Whether a local branch exists.
+    pub fn branch_exists(&self, branch: &str) -> bool {
+        self.gix()
+            .try_find_reference(format!("refs/heads/{branch}").as_str())
+            .ok()
+            .flatten()
+            .is_some()
+    }
+
+    /// Create (or, when resuming, reopen) the worktree of a run.
+    pub fn create_worktree(
+        &self,
+        req: &WorktreeRequest,
+        opts: WorktreeOptions,
+    ) -> Result<(Worktree, Provenance)> {
+        validate_name(&req.run_id, "run id")?;
+        if req.run_id.contains('/') {
+            return Err(Error::InvalidName {
+                name: req.run_id.clone(),
+                why: "a run id may not contain `/`".into(),
+            });
+        }
+        validate_name(&req.branch, "branch name")?;
+        let base = self.resolve(&req.base)?;
+        let path = self.worktrees_dir().join(&req.run_id);
+        let exists = self.branch_exists(&req.branch);
+        if exists && !opts.resume {
+            return Err(Error::BranchExists(req.branch.clone()));
+        }
+        if opts.resume && path.join(".git").exists() {
+            let wt = self.open_worktree(&path, &req.run_id, &req.branch, base)?;
+            return Ok((wt, Provenance::Reopened));
+        }
+        std::fs::create_dir_all(self.worktrees_dir())
+            .map_err(io_err("cannot create", self.worktrees_dir()))?;
+        let start = if exists {
+            self.resolve(&format!("refs/heads/{}", req.branch))?
+        } else {
+            base
+        };
+        if opts.warm
+            && let Some(pooled) = self.take_from_pool(&path)?
+        {
+            let wt = self.open_worktree(&pooled, &req.run_id, &req.branch, base)?;
+            if !exists {
+                self.create_branch(&req.branch, start)?;
+            }
+            let files_changed = wt.switch_to_branch(&req.branch, start)?;
+            return Ok((wt, Provenance::Warm { files_changed }));
+        }
+        if !exists {
+            self.create_branch(&req.branch, start)?;
+        }
+        let head = gix::worktree::add::Head::Attached(
+            format!("refs/heads/{}", req.branch)
+                .try_into()
+                .ctx(|| format!("branch name {}", req.branch))?,
+        );
+        let interrupt = AtomicBool::new(false);
+        self.gix()
+            .add_worktree(&path, head, gix::progress::Discard, &interrupt)
+            .ctx(|| format!("creating worktree {}", path.display()))?;
+        let wt = self.open_worktree(&path, &req.run_id, &req.branch, base)?;
+        Ok((wt, Provenance::Fresh))
+    }
+
+    fn create_branch(&self, branch: &str, target: gix::ObjectId) -> Result<()> {
+        self.gix()
+            .reference(
+                format!("refs/heads/{branch}").as_str(),
+                target,
+                PreviousValue::MustNotExist,
+                format!("git-agent: branch from {target}"),
+            )
+            .map_err(|e| {
+                if self.branch_exists(branch) {
+                    Error::BranchExists(branch.to_string())
+                } else {
+                    Error::Git {
+                        context: format!("creating branch {branch}"),
+                        message: e.to_string(),
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
+    fn open_worktree(
+        &self,
+        path: &Path,
+        run_id: &str,
+        branch: &str,
+        base: gix::ObjectId,
+    ) -> Result<Worktree> {
+        let repo = Repo::open(path)?;
+        Ok(Worktree {
+            repo,
+            path: path.to_path_buf(),
+            run_id: run_id.to_string(),
+            branch: branch.to_string(),
+            base,
+        })
+    }
+
+    /// Move a pooled worktree (if any) to `dest`, fixing git's bookkeeping of its location.
+    fn take_from_pool(&self, dest: &Path) -> Result<Option<PathBuf>> {
+        let pool = self.pool_dir();
+        let Ok(entries) = std::fs::read_dir(&pool) else {
+            return Ok(None);
+        };
+        let mut candidates: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join(".git").is_file())
+            .collect();
+        candidates.sort();
+        for candidate in candidates {
+            // A rename is atomic: two runs racing for one pooled worktree cannot both win.
+            if std::fs::rename(&candidate, dest).is_ok() {
+                relink(dest)?;
+                return Ok(Some(dest.to_path_buf()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Remove admin entries of worktrees whose directories are gone (like `git worktree prune`).
+    pub fn prune_worktrees(&self) -> Result<usize> {
+        let admin = self.common_dir().join("worktrees");
+        let Ok(entries) = std::fs::read_dir(&admin) else {
+            return Ok(0);
+        };
+        let mut pruned = 0;
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            if dir.join("locked").exists() {
+                continue;
+            }
+            let gitdir = std::fs::read_to_string(dir.join("gitdir")).unwrap_or_default();
+            let dot_git = PathBuf::from(gitdir.trim());
+            if gitdir.trim().is_empty() || !dot_git.exists() {
+                std::fs::remove_dir_all(&dir).map_err(io_err("cannot prune", &dir))?;
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
+    }
+}
+
+/// After moving a linked worktree to `dir`, point its admin entry's `gitdir` at the new place.
+fn relink(dir: &Path) -> Result<()> {
+    let dot_git = dir.join(".git");
+    let content =
+        std::fs::read_to_string(&dot_git).map_err(io_err("cannot read", dot_git.clone()))?;
+    let admin = content
+        .trim()
+        .strip_prefix("gitdir:")
+        .map(|s| PathBuf::from(s.trim()))
+        .ok_or_else(|| Error::Git {
+            context: format!("reading {}", dot_git.display()),
+            message: "not a linked worktree".into(),
+        })?;
+    let gitdir_file = admin.join("gitdir");
+    let abs = std::fs::canonicalize(&dot_git).map_err(io_err("cannot resolve", dot_git.clone()))?;
+    std::fs::write(&gitdir_file, format!("{}\n", abs.display()))
+        .map_err(io_err("cannot write", gitdir_file))?;
+    Ok(())
+}
+
+impl Worktree {
+    /// The worktree root.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The run this worktree belongs to.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The run's branch (without `refs/heads/`).
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    /// The base commit the branch started from.
+    pub fn base(&self) -> gix::ObjectId {
+        self.base
+    }
+
+    /// The repository opened at this worktree.
+    pub fn repo(&self) -> &Repo {
+        &self.repo
+    }
+
+    /// The commit the worktree's branch points at.
+    pub fn head(&self) -> Result<gix::ObjectId> {
+        self.repo.resolve("HEAD")
+    }
+
+    /// Put the worktree, its index and its branch back to `commit` (an earlier checkpoint of
+    /// the run, or anything else). Uncommitted changes are discarded; ignored files are kept.
+    /// Returns the number of files written or removed.
+    pub fn rollback_to(&self, commit: gix::ObjectId) -> Result<usize> {
+        let n = reset_worktree(&self.path, commit)?;
+        self.repo
+            .gix()
+            .reference(
+                format!("refs/heads/{}", self.branch).as_str(),
+                commit,
+                PreviousValue::Any,
+                format!("git-agent: roll back to {commit}"),
+            )
+            .ctx(|| format!("moving {} to {commit}", self.branch))?;
+        Ok(n)
+    }
+
+    /// Point this worktree's HEAD at `branch` (which must exist at `commit`) and reset the
+    /// files to `commit`, touching only what differs.
+    fn switch_to_branch(&self, branch: &str, commit: gix::ObjectId) -> Result<usize> {
+        let n = reset_worktree(&self.path, commit)?;
+        let head_file = self.repo.git_dir().join("HEAD");
+        std::fs::write(&head_file, format!("ref: refs/heads/{branch}\n"))
+            .map_err(io_err("cannot write", head_file))?;
+        Ok(n)
+    }
+
+    /// Hand the worktree to the warm pool so the next run on this repository can reuse it.
+    pub fn release_to_pool(self) -> Result<PathBuf> {
+        let pool = self.repo_common().join("agent/pool");
+        std::fs::create_dir_all(&pool).map_err(io_err("cannot create", pool.clone()))?;
+        let dest = pool.join(&self.run_id);
+        std::fs::rename(&self.path, &dest).map_err(io_err("cannot move to pool", &self.path))?;
+        relink(&dest)?;
+        Ok(dest)
+    }
+
+    /// Delete the worktree and its git bookkeeping. The branch stays.
+    pub fn remove(self) -> Result<()> {
+        let admin = std::fs::canonicalize(self.repo.git_dir())
+            .unwrap_or_else(|_| self.repo.git_dir().to_path_buf());
+        std::fs::remove_dir_all(&self.path).map_err(io_err("cannot remove", &self.path))?;
+        if admin.starts_with(self.repo_common().join("worktrees")) {
+            std::fs::remove_dir_all(&admin).map_err(io_err("cannot remove", admin.clone()))?;
+        }
+        Ok(())
+    }
+
+    fn repo_common(&self) -> PathBuf {
+        self.repo.common_dir().to_path_buf()
+    }
+}
+
+/// Reset the files and the index of the worktree at `dir` to the tree of `target`, writing
+/// only the paths that differ: those changed between the index's commit and `target`, plus
+/// whatever is dirty or untracked in the work tree. Ignored files are left alone.
+pub(crate) fn reset_worktree(dir: &Path, target: gix::ObjectId) -> Result<usize> {
+    // A fresh handle: the index and config must be read as they are now.
+    let repo = Repo::open(dir)?;
+    let g = repo.gix();
+    let head = repo.resolve("HEAD")?;
+    let mut paths: BTreeSet<BString> = BTreeSet::new();
+
+    // 1. What differs between the commit the index reflects and the target.
+    let head_tree = g
+        .find_commit(head)
+        .ctx(|| format!("reading {head}"))?
+        .tree()
+        .ctx(|| format!("reading tree of {head}"))?;
+    let target_tree = g
+        .find_commit(target)
+        .ctx(|| format!("reading {target}"))?
+        .tree()
+        .ctx(|| format!("reading tree of {target}"))?;
+    let changes = g
+        .diff_tree_to_tree(
+            &head_tree,
+            &target_tree,
+            gix::diff::Options::default().with_rewrites(None),
+        )
+        .ctx(|| format!("diffing {head}..{target}"))?;
+    for change in changes {
+        use gix::object::tree::diff::ChangeDetached as C;
+        let (location, mode) = match change {
+            C::Addition {
+                location,
+                entry_mode,
+                ..
+            }
+            | C::Deletion {
+                location,
+                entry_mode,
+                ..
+            }
+            | C::Modification {
+                location,
+                entry_mode,
+                ..
+            } => (location, entry_mode),
+            C::Rewrite { location, .. } => (location, gix::object::tree::EntryKind::Blob.into()),
+        };
+        if !mode.is_tree() {
+            paths.insert(location);
+        }
+    }
+
+    // 2. What is dirty or untracked in the work tree.
+    for path in super::commit::dirty_paths(&repo)? {
+        paths.insert(path);
+    }
+    if paths.is_empty() {
+        return Ok(0);
+    }
+
+    // 3. Write the target's version of each path, or remove it.
+    let target_index = g
+        .index_from_tree(&target_tree.id)
+        .ctx(|| format!("building index of {target}"))?;
+    let mut partial = gix::index::State::new(g.object_hash());
+    let mut to_remove = Vec::new();
+    for path in &paths {
+        match target_index.entry_by_path(path.as_bstr()) {
+            Some(e) => {
+                partial.dangerously_push_entry(e.stat, e.id, e.flags, e.mode, path.as_bstr());
+            }
+            None => to_remove.push(path.clone()),
+        }
+    }
+    partial.sort_entries();
+    for path in &to_remove {
+        let p = dir.join(super::rela_path(path.as_bstr()));
+        remove_path(&p)?;
+        prune_empty_parents(dir, &p);
+    }
+    // A path that becomes a directory (or stops being one) needs the old file out of the way.
+    for entry in partial.entries() {
+        let rela = entry.path(&partial);
+        let p = dir.join(super::rela_path(rela));
+        clear_blocking_components(dir, &p)?;
+    }
+    let mut opts = g
+        .checkout_options(gix::worktree::stack::state::attributes::Source::IdMapping)
+        .ctx(|| "preparing checkout".to_string())?;
+    opts.destination_is_initially_empty = false;
+    opts.overwrite_existing = true;
+    let interrupt = AtomicBool::new(false);
+    let objects = g
+        .objects
+        .clone()
+        .into_arc()
+        .ctx(|| "opening the object database".to_string())?;
+    let outcome = gix::worktree::state::checkout(
+        &mut partial,
+        dir,
+        objects,
+        &gix::progress::Discard,
+        &gix::progress::Discard,
+        &interrupt,
+        opts,
+    )
+    .ctx(|| format!("checking out {target} in {}", dir.display()))?;
+    if let Some(err) = outcome.errors.first() {
+        return Err(Error::Git {
+            context: format!("checking out {}", err.path),
+            message: err.error.to_string(),
+        });
+    }
+
+    // 4. The index: the old one with the touched paths replaced, so unchanged entries keep
+    //    their stat data and the next status stays cheap.
+    let mut index = (*g.index_or_empty().ctx(|| "reading the index".to_string())?).clone();
+    let touched: BTreeSet<&BStr> = paths.iter().map(|p| p.as_bstr()).collect();
+    index.remove_entries(|_, path, _| touched.contains(path));
+    for e in partial.entries() {
+        index.dangerously_push_entry(e.stat, e.id, e.flags, e.mode, e.path(&partial));
+    }
+    index.sort_entries();
+    index.remove_tree();
+    index.remove_resolve_undo();
+    index
+        .write(Default::default())
+        .ctx(|| "writing the index".to_string())?;
+    Ok(paths.len())
+}
+
+fn remove_path(p: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p).map_err(io_err("cannot remove", p)),
+        Ok(_) => std::fs::remove_file(p).map_err(io_err("cannot remove", p)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("cannot stat", p)(e)),
+    }
+}
+
+fn prune_empty_parents(root: &Path, p: &Path) {
+    let mut cur = p.parent();
+    while let Some(d) = cur {
+        if d == root || !d.starts_with(root) || std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        cur = d.parent();
+    }
+}
+
+/// Remove a file or symlink standing where a directory of `p`'s path must go.
+fn clear_blocking_components(root: &Path, p: &Path) -> Result<()> {
+    let Ok(rel) = p.strip_prefix(root) else {
+        return Ok(());
+    };
+    let mut cur = root.to_path_buf();
+    let comps: Vec<_> = rel.components().collect();
+    for (i, c) in comps.iter().enumerate() {
+        cur.push(c);
+        let last = i + 1 == comps.len();
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if !last && !m.is_dir() => {
+                std::fs::remove_file(&cur).map_err(io_err("cannot remove", cur.clone()))?;
+                return Ok(());
+            }
+            Ok(m) if last && m.is_dir() => {
+                std::fs::remove_dir_all(&cur).map_err(io_err("cannot remove", cur.clone()))?;
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(_) => return Ok(()),
+        }
+    }
+    Ok(())
+}
