@@ -7,4 +7,5 @@
 
 pub mod cli;
 pub mod config;
+pub mod task;
 pub mod workspace;
