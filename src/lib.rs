@@ -7,5 +7,6 @@
 
 pub mod cli;
 pub mod config;
+pub mod run;
 pub mod task;
 pub mod workspace;

@@ -1,0 +1,167 @@
+//! The run's state machine and its durable record.
+//!
+//! `queued → analyzing → planning → editing → testing ⇄ fixing → (awaiting_approval) →
+//! succeeded | failed | cancelled | budget_exhausted`. Every transition is written to
+//! `state.json` in the run directory (atomically: temp file, fsync, rename) before the run
+//! acts on it, so a process killed at any moment resumes from the last written state.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Accepted, not started.
+    Queued,
+    /// Worktree, baseline tests and project map.
+    Analyzing,
+    /// The planner is writing the plan.
+    Planning,
+    /// The coder is editing.
+    Editing,
+    /// The tests are running.
+    Testing,
+    /// The coder is fixing after a failed test run.
+    Fixing,
+    /// Paused until a human approves a pending request.
+    AwaitingApproval,
+    /// Verified and committed.
+    Succeeded,
+    /// Ended without passing verification.
+    Failed,
+    /// Stopped by a person.
+    Cancelled,
+    /// A budget ran out.
+    BudgetExhausted,
+}
+
+impl RunState {
+    /// Whether the run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunState::Succeeded | RunState::Failed | RunState::Cancelled | RunState::BudgetExhausted
+        )
+    }
+
+    /// The state's name as written in records and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Analyzing => "analyzing",
+            RunState::Planning => "planning",
+            RunState::Editing => "editing",
+            RunState::Testing => "testing",
+            RunState::Fixing => "fixing",
+            RunState::AwaitingApproval => "awaiting_approval",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+            RunState::BudgetExhausted => "budget_exhausted",
+        }
+    }
+
+    /// Whether `self → next` is a transition of the state machine. Any live state may end
+    /// (failed, cancelled, budget exhausted) or pause for approval; ended runs never move.
+    pub fn can_move_to(self, next: RunState) -> bool {
+        use RunState::*;
+        if self.is_terminal() {
+            return false;
+        }
+        if matches!(next, Failed | Cancelled | BudgetExhausted | AwaitingApproval) {
+            return true;
+        }
+        matches!(
+            (self, next),
+            (Queued, Analyzing)
+                | (Analyzing, Planning)
+                | (Planning, Editing)
+                | (Planning, Succeeded)
+                | (Editing, Testing)
+                | (Testing, Fixing)
+                | (Testing, Succeeded)
+                | (Fixing, Testing)
+                | (Fixing, Editing)
+                | (AwaitingApproval, _)
+        )
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Write `bytes` to `path` so that a crash leaves either the old or the new content.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// The path of a run's state file.
+pub fn state_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("state.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_states_never_move() {
+        for s in [
+            RunState::Succeeded,
+            RunState::Failed,
+            RunState::Cancelled,
+            RunState::BudgetExhausted,
+        ] {
+            assert!(s.is_terminal());
+            assert!(!s.can_move_to(RunState::Editing));
+            assert!(!s.can_move_to(RunState::Failed));
+        }
+    }
+
+    #[test]
+    fn the_happy_path_and_the_fix_loop_are_transitions() {
+        use RunState::*;
+        let path = [Queued, Analyzing, Planning, Editing, Testing, Fixing, Testing, Succeeded];
+        for w in path.windows(2) {
+            assert!(w[0].can_move_to(w[1]), "{} → {}", w[0], w[1]);
+        }
+        assert!(!Queued.can_move_to(Succeeded));
+        assert!(!Editing.can_move_to(Succeeded), "success only after testing");
+        assert!(Testing.can_move_to(AwaitingApproval));
+        assert!(AwaitingApproval.can_move_to(Testing));
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/state.json");
+        write_atomic(&p, b"{\"a\":1}").unwrap();
+        write_atomic(&p, b"{}").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        // No temp files left behind.
+        assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn names_round_trip_through_serde() {
+        let s: RunState = serde_json::from_str("\"budget_exhausted\"").unwrap();
+        assert_eq!(s, RunState::BudgetExhausted);
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"budget_exhausted\"");
+        assert_eq!(s.as_str(), "budget_exhausted");
+    }
+}
