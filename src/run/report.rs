@@ -1,0 +1,460 @@
+//! The pull request description, rendered from the run record alone.
+//!
+//! Sections, in order: summary · plan (each step's status; changes outside the plan marked)
+//! · changes (diffstat) · verification (every command, exit code, duration, decisive lines,
+//! before and after) · cost (per role and model) · audit trail (collapsed) · how to
+//! reproduce. The result never exceeds [`MAX_BODY`] characters: long parts are cut with a
+//! pointer to the full record. The text passes the redactor before it leaves the process;
+//! that is the caller's job (the renderer is pure).
+
+use serde::{Deserialize, Serialize};
+
+/// GitHub's limit on a pull request body, in characters.
+pub const MAX_BODY: usize = 65_536;
+
+/// Status of one plan step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Not started.
+    #[default]
+    Pending,
+    /// Being worked on.
+    InProgress,
+    /// Finished.
+    Done,
+    /// Dropped.
+    Skipped,
+}
+
+/// One plan step as the report shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanLine {
+    /// What the step does.
+    pub title: String,
+    /// Files it names.
+    pub files: Vec<String>,
+    /// Where it stands.
+    pub status: StepStatus,
+}
+
+/// One run of the verification command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifyLine {
+    /// `before`, `attempt 1`, …, `final`.
+    pub when: String,
+    /// The command.
+    pub command: String,
+    /// Exit code (`None` when killed by a signal or time-out).
+    pub exit_code: Option<i32>,
+    /// Duration in milliseconds.
+    pub duration_ms: u64,
+    /// One-line result, e.g. `2 failed: a, b` or `148 passed; the 2 that failed before now pass`.
+    pub result: String,
+    /// The decisive lines of output (failure excerpts), already cut to size.
+    pub excerpt: String,
+}
+
+/// Spend of one role on one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostLine {
+    /// Role (`planner`, `coder`, …).
+    pub role: String,
+    /// `PROVIDER:MODEL`.
+    pub model: String,
+    /// Input tokens.
+    pub tokens_in: u64,
+    /// Output tokens.
+    pub tokens_out: u64,
+    /// USD, `None` when the model's price is unknown.
+    pub cost_usd: Option<f64>,
+}
+
+/// Everything the report shows; built from the run record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportInput {
+    /// Run id.
+    pub run_id: String,
+    /// Final (or current) state, e.g. `succeeded`.
+    pub state: String,
+    /// `Fixes #42`-style link to the request, if any.
+    pub fixes: Option<String>,
+    /// One-paragraph summary (the model's `finish` summary or the harness's account).
+    pub summary: String,
+    /// The plan.
+    pub plan: Vec<PlanLine>,
+    /// Changed files the plan did not name.
+    pub unplanned: Vec<String>,
+    /// `git diff --stat`-like text.
+    pub diffstat: String,
+    /// Verification runs in order.
+    pub verification: Vec<VerifyLine>,
+    /// Spend per role and model.
+    pub cost: Vec<CostLine>,
+    /// The budget in USD.
+    pub budget_usd: f64,
+    /// What was left undone or why the run stopped (failure, budget, pending approval).
+    pub notes: Vec<String>,
+    /// One line per audit event.
+    pub audit: Vec<String>,
+    /// Hash at the head of the audit chain.
+    pub audit_head: String,
+    /// The branch with the commits.
+    pub branch: String,
+}
+
+fn fmt_duration(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 120_000 {
+        format!("{:.0} s", ms as f64 / 1000.0)
+    } else {
+        format!("{:.1} min", ms as f64 / 60_000.0)
+    }
+}
+
+fn fmt_tokens(n: u64) -> String {
+    if n >= 1000 {
+        format!("{:.1}k", n as f64 / 1000.0)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Make text safe inside a Markdown table cell or inline code.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// Cut `s` to at most `max` characters at a line boundary, saying what was cut.
+fn cut(s: &str, max: usize, pointer: &str) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out = String::new();
+    for line in s.lines() {
+        if out.chars().count() + line.chars().count() + 1 + 80 > max {
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    let dropped = s.lines().count() - out.lines().count();
+    out.push_str(&format!("… {dropped} more lines cut; {pointer}\n"));
+    out
+}
+
+/// Render the pull request description.
+pub fn render(r: &ReportInput) -> String {
+    let pointer = format!("the full record is in `git agent log {}`", r.run_id);
+    let mut head = String::new();
+    head.push_str(&format!("<!-- git-agent run {} -->\n", r.run_id));
+    let verdict = match r.state.as_str() {
+        "succeeded" => "Draft for review; verified by the project's tests.",
+        "failed" => "Draft for review; **verification did not pass** — see below.",
+        "budget_exhausted" => "Draft for review; **the budget ran out** before verification passed.",
+        "awaiting_approval" => "**Paused: waiting for approval** — see below.",
+        "cancelled" => "**Cancelled.**",
+        _ => "In progress.",
+    };
+    match &r.fixes {
+        Some(f) => head.push_str(&format!("**{f}** — {} {verdict}\n", r.summary.trim())),
+        None => head.push_str(&format!("{} {verdict}\n", r.summary.trim())),
+    }
+    if !r.notes.is_empty() {
+        head.push('\n');
+        for n in &r.notes {
+            head.push_str(&format!("> {}\n", cell(n)));
+        }
+    }
+
+    let mut plan = String::from("\n### Plan\n");
+    if r.plan.is_empty() {
+        plan.push_str("_No plan was made._\n");
+    }
+    for (i, s) in r.plan.iter().enumerate() {
+        let mark = match s.status {
+            StepStatus::Done => "[x]",
+            StepStatus::Skipped => "[~]",
+            StepStatus::Pending | StepStatus::InProgress => "[ ]",
+        };
+        let files = if s.files.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " — {}",
+                s.files
+                    .iter()
+                    .map(|f| format!("`{}`", cell(f)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        plan.push_str(&format!("- {mark} {}. {}{files}\n", i + 1, cell(&s.title)));
+    }
+    for u in &r.unplanned {
+        plan.push_str(&format!("- ⚠ unplanned change: `{}`\n", cell(u)));
+    }
+
+    let changes = if r.diffstat.trim().is_empty() {
+        "\n### Changes\n_No changes._\n".to_string()
+    } else {
+        format!("\n### Changes\n```\n{}```\n", cut(&r.diffstat, 6000, &pointer))
+    };
+
+    let mut verify = String::from("\n### Verification\n");
+    if r.verification.is_empty() {
+        verify.push_str("_No test command ran._\n");
+    } else {
+        verify.push_str("| when | command | exit | time | result |\n|---|---|---|---|---|\n");
+        for v in &r.verification {
+            verify.push_str(&format!(
+                "| {} | `{}` | {} | {} | {} |\n",
+                cell(&v.when),
+                cell(&v.command),
+                v.exit_code.map_or("killed".to_string(), |c| c.to_string()),
+                fmt_duration(v.duration_ms),
+                cell(&v.result)
+            ));
+        }
+        let excerpts: Vec<&VerifyLine> = r
+            .verification
+            .iter()
+            .filter(|v| !v.excerpt.trim().is_empty())
+            .collect();
+        for v in excerpts {
+            verify.push_str(&format!(
+                "\n<details><summary>{} — decisive output</summary>\n\n```\n{}```\n</details>\n",
+                cell(&v.when),
+                cut(&v.excerpt.replace("```", "ʼʼʼ"), 4000, &pointer)
+            ));
+        }
+    }
+
+    let mut cost = String::from("\n### Cost\n");
+    let mut total = 0.0;
+    let mut unknown = false;
+    let parts: Vec<String> = r
+        .cost
+        .iter()
+        .map(|c| {
+            let usd = match c.cost_usd {
+                Some(u) => {
+                    total += u;
+                    format!("${u:.2}")
+                }
+                None => {
+                    unknown = true;
+                    "cost unknown".to_string()
+                }
+            };
+            format!(
+                "{} `{}` {} in / {} out {usd}",
+                c.role,
+                cell(&c.model),
+                fmt_tokens(c.tokens_in),
+                fmt_tokens(c.tokens_out)
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        cost.push_str("_No model calls._\n");
+    } else {
+        cost.push_str(&parts.join(" · "));
+        cost.push_str(&format!(
+            " · total ${total:.2}{} of ${:.2}\n",
+            if unknown { " + unknown" } else { "" },
+            r.budget_usd
+        ));
+    }
+
+    let short_head: String = r.audit_head.chars().take(12).collect();
+    let reproduce = format!(
+        "\nReproduce: `git fetch origin refs/agent/runs/{id}:refs/agent/runs/{id}` then \
+         `git agent log {id}`, `git agent audit verify {id}` or `git agent resume {id}`. \
+         Branch: `{}`.\n",
+        cell(&r.branch),
+        id = r.run_id
+    );
+
+    // The audit trail takes whatever room is left, so the whole never exceeds MAX_BODY.
+    let fixed: usize = [&head, &plan, &changes, &verify, &cost, &reproduce]
+        .iter()
+        .map(|s| s.chars().count())
+        .sum();
+    let audit_open = format!(
+        "\n<details><summary>Audit trail ({} events, chain head {short_head}…)</summary>\n\n```\n",
+        r.audit.len()
+    );
+    let audit_close = "```\n</details>\n";
+    let room = MAX_BODY
+        .saturating_sub(fixed + audit_open.chars().count() + audit_close.len() + 200);
+    let audit_text = cut(
+        &r.audit
+            .iter()
+            .map(|l| l.replace("```", "ʼʼʼ"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        room,
+        &pointer,
+    );
+    let mut body = String::new();
+    for part in [&head, &plan, &changes, &verify, &cost] {
+        body.push_str(part);
+    }
+    body.push_str(&audit_open);
+    body.push_str(&audit_text);
+    if !audit_text.ends_with('\n') {
+        body.push('\n');
+    }
+    body.push_str(audit_close);
+    body.push_str(&reproduce);
+    // Last resort, should the fixed sections themselves be huge.
+    if body.chars().count() > MAX_BODY {
+        let note = format!("\n… report cut at {MAX_BODY} characters; {pointer}\n");
+        let keep = MAX_BODY - note.chars().count();
+        body = body.chars().take(keep).collect::<String>() + &note;
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample(state: &str) -> ReportInput {
+        ReportInput {
+            run_id: "01JDRUNID".into(),
+            state: state.into(),
+            fixes: Some("Fixes #42".into()),
+            summary: "`add` now adds instead of subtracting.".into(),
+            plan: vec![
+                PlanLine {
+                    title: "Make `add` add".into(),
+                    files: vec!["src/lib.rs".into()],
+                    status: StepStatus::Done,
+                },
+                PlanLine {
+                    title: "Cover it with a test".into(),
+                    files: vec!["tests/add.rs".into()],
+                    status: if state == "succeeded" {
+                        StepStatus::Done
+                    } else {
+                        StepStatus::Pending
+                    },
+                },
+            ],
+            unplanned: vec!["README.md".into()],
+            diffstat: " src/lib.rs | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n".into(),
+            verification: vec![
+                VerifyLine {
+                    when: "before".into(),
+                    command: "cargo test".into(),
+                    exit_code: Some(101),
+                    duration_ms: 41_000,
+                    result: "1 failed: `adds`".into(),
+                    excerpt: "assertion `left == right` failed\n  left: -1\n right: 3\n".into(),
+                },
+                VerifyLine {
+                    when: "attempt 1".into(),
+                    command: "cargo test".into(),
+                    exit_code: Some(if state == "succeeded" { 0 } else { 101 }),
+                    duration_ms: 1_200,
+                    result: if state == "succeeded" {
+                        "4 passed; the 1 that failed before now passes; none newly failing".into()
+                    } else {
+                        "1 failed: `adds`".into()
+                    },
+                    excerpt: String::new(),
+                },
+            ],
+            cost: vec![
+                CostLine {
+                    role: "planner".into(),
+                    model: "anthropic:claude-sonnet-4-5".into(),
+                    tokens_in: 18_200,
+                    tokens_out: 1_100,
+                    cost_usd: Some(0.07),
+                },
+                CostLine {
+                    role: "coder".into(),
+                    model: "openai:local-model".into(),
+                    tokens_in: 640,
+                    tokens_out: 53,
+                    cost_usd: None,
+                },
+            ],
+            budget_usd: 5.0,
+            notes: match state {
+                "failed" => vec!["Fix attempts exhausted (3 of 3); the branch keeps the last good checkpoint.".into()],
+                "budget_exhausted" => vec!["Budget exhausted: $5.00 of $5.00 spent before the next call.".into()],
+                "awaiting_approval" => vec!["Waiting for approval to run `npm install left-pad` (rule: default `ask`). Approve with `git agent resume 01JDRUNID --approve`.".into()],
+                _ => vec![],
+            },
+            audit: vec![
+                "0 state queued".into(),
+                "1 state analyzing".into(),
+                "2 verify cargo test exit 101".into(),
+            ],
+            audit_head: "3f9c0a1b2c3d4e5f".into(),
+            branch: "agent/42-fix-add".into(),
+        }
+    }
+
+    #[test]
+    fn report_snapshots_per_final_state() {
+        for state in ["succeeded", "failed", "budget_exhausted", "awaiting_approval"] {
+            let body = render(&sample(state));
+            insta::assert_snapshot!(format!("report_{state}"), body);
+        }
+    }
+
+    #[test]
+    fn sections_come_in_order() {
+        let body = render(&sample("succeeded"));
+        let pos = |needle: &str| body.find(needle).unwrap_or_else(|| panic!("{needle}"));
+        let order = [
+            "<!-- git-agent run",
+            "**Fixes #42**",
+            "### Plan",
+            "### Changes",
+            "### Verification",
+            "### Cost",
+            "Audit trail",
+            "Reproduce:",
+        ];
+        for w in order.windows(2) {
+            assert!(pos(w[0]) < pos(w[1]), "{} before {}", w[0], w[1]);
+        }
+        assert!(body.contains("⚠ unplanned change: `README.md`"));
+        assert!(body.contains("cost unknown"));
+        assert!(body.contains("total $0.07 + unknown of $5.00"));
+    }
+
+    #[test]
+    fn huge_reports_are_cut_to_the_limit_with_a_pointer() {
+        let mut r = sample("failed");
+        r.audit = (0..20_000).map(|i| format!("{i} tool_call read_file src/{i}.rs")).collect();
+        r.verification[0].excerpt = "x".repeat(200_000);
+        r.diffstat = (0..5_000).map(|i| format!(" f{i}.rs | 1 +\n")).collect();
+        r.plan = (0..2_000)
+            .map(|i| PlanLine {
+                title: format!("step {i} {}", "y".repeat(40)),
+                files: vec![],
+                status: StepStatus::Pending,
+            })
+            .collect();
+        let body = render(&r);
+        assert!(body.chars().count() <= MAX_BODY, "{}", body.chars().count());
+        assert!(body.contains("git agent log 01JDRUNID"));
+        assert!(body.starts_with("<!-- git-agent run 01JDRUNID -->"));
+    }
+
+    #[test]
+    fn table_cells_cannot_break_the_table() {
+        let mut r = sample("failed");
+        r.verification[0].command = "a | b\nc".into();
+        let body = render(&r);
+        assert!(body.contains("`a \\| b c`"));
+    }
+}
