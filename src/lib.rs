@@ -8,4 +8,5 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod exec;
 pub mod workspace;
