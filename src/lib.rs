@@ -5,6 +5,7 @@
 //! ends in a branch of verified commits and a pull request. See `docs/ARCHITECTURE.md` for the
 //! module map; each module's own docs say what it owns.
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod workspace;
