@@ -8,4 +8,5 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod task;
 pub mod workspace;
