@@ -1,8 +1,18 @@
-//! The audit trail's secret hygiene: every string that leaves the process (audit events,
-//! transcripts, PR body, comments, logs) passes [`redact::Redactor`] first.
+//! The audit trail: a hash-chained, append-only JSON Lines log of everything a run did, and
+//! the secret hygiene of everything that leaves the process.
 //!
-//! This module owns redaction of known secret values and well-known token patterns, and the
-//! scan of a diff's added lines that blocks a push. It must not read files, talk to the
-//! network or decide policy; it never stores a secret anywhere but in memory.
+//! [`chain`] owns the event format, its canonical encoding and hash chain, durable appends
+//! that survive `kill -9`, reading, tamper checking and the one-line-per-event rendering of
+//! `git agent log`. Every event's data passes through a redaction function before it is
+//! hashed or written, so no secret reaches the disk.
+//!
+//! [`redact`] masks known secret values (and their base64, URL and JSON encodings) and
+//! well-known token patterns in every string that leaves the process — audit events,
+//! transcripts, PR body, comments, logs — and scans a diff's added lines to block a push.
+//!
+//! This module must not know what the events mean (runs, tools, models are the callers'
+//! business), must not read files other than its own log, talk to the network or decide
+//! policy, and never prints. It never stores a secret anywhere but in memory.
 
+pub mod chain;
 pub mod redact;

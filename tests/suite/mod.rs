@@ -1,5 +1,6 @@
 //! One module per concern.
 
+mod audit;
 mod config;
 mod exec;
 mod workspace;
