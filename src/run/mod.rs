@@ -4,6 +4,7 @@
 //! role, never a model; it acts only through tools under the policy; it decides success only
 //! from the verification command's results, never from a model's opinion.
 
+pub mod record;
 pub mod report;
 pub mod state;
 

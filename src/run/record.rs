@@ -1,0 +1,187 @@
+//! The run record: everything a run knows, in `<git-common-dir>/agent/runs/<run-id>/`.
+//!
+//! `record.json` (this type, rewritten atomically after every step), `audit.jsonl` (the
+//! hash chain), `transcript.jsonl` (model turns, redacted) and `pr.md` (the rendered report).
+//! The directory is mirrored on `refs/agent/runs/<run-id>` after every state change, so a
+//! clone that fetches the ref can audit or resume the run.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::report::{CostLine, PlanLine, ReportInput, VerifyLine};
+use super::state::{RunState, write_atomic};
+use crate::task::Task;
+
+/// File names inside a run directory.
+pub mod files {
+    /// The record.
+    pub const RECORD: &str = "record.json";
+    /// The audit chain.
+    pub const AUDIT: &str = "audit.jsonl";
+    /// The model transcript.
+    pub const TRANSCRIPT: &str = "transcript.jsonl";
+    /// The rendered pull request description.
+    pub const PR: &str = "pr.md";
+}
+
+/// A request waiting for a human.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// The model's tool call id that asked.
+    pub call_id: String,
+    /// The tool (`run`, `edit_file`, …).
+    pub tool: String,
+    /// What it wanted, in words (e.g. the command line).
+    pub what: String,
+    /// The rule that said `ask`, with its origin.
+    pub rule: String,
+}
+
+/// Where the pull request went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrRef {
+    /// A forge URL.
+    Url(String),
+    /// A local file (the local forge).
+    Path(PathBuf),
+}
+
+/// The durable state of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Format version of this file.
+    pub version: u32,
+    /// The run id (a ULID).
+    pub run_id: String,
+    /// What was asked.
+    pub task: Task,
+    /// Where the run is.
+    pub state: RunState,
+    /// RFC 3339 creation time.
+    pub created_at: String,
+    /// RFC 3339 time of the last write.
+    pub updated_at: String,
+    /// The run's branch.
+    pub branch: String,
+    /// The base as given (e.g. `main`).
+    pub base_ref: String,
+    /// The base commit.
+    pub base_sha: String,
+    /// The worktree path.
+    pub worktree: PathBuf,
+    /// The verification command, once known.
+    pub test_command: Option<String>,
+    /// The plan, once made.
+    pub plan: Vec<PlanLine>,
+    /// Risks the planner named.
+    pub risks: Vec<String>,
+    /// Files changed that the plan did not name.
+    pub unplanned: Vec<String>,
+    /// Every verification run, in order.
+    pub verification: Vec<VerifyLine>,
+    /// Checkpoint commits on the branch, oldest first.
+    pub commits: Vec<String>,
+    /// Fix rounds used.
+    pub fix_attempts: u32,
+    /// Model calls made.
+    pub turns: u32,
+    /// Spend per role and model.
+    pub usage: Vec<CostLine>,
+    /// The model's summary (from `finish`) or the harness's account.
+    pub summary: String,
+    /// What was left undone or why the run stopped.
+    pub notes: Vec<String>,
+    /// A request waiting for approval, if paused.
+    pub pending_approval: Option<PendingApproval>,
+    /// Tool call ids a human approved (resume `--approve`).
+    pub approved: Vec<String>,
+    /// The pull request, once opened or written.
+    pub pr: Option<PrRef>,
+}
+
+impl RunRecord {
+    /// Path of the record file in `run_dir`.
+    pub fn path(run_dir: &Path) -> PathBuf {
+        run_dir.join(files::RECORD)
+    }
+
+    /// Read the record of the run in `run_dir`.
+    pub fn load(run_dir: &Path) -> std::io::Result<Self> {
+        let bytes = std::fs::read(Self::path(run_dir))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    /// Write the record atomically, stamping `updated_at`.
+    pub fn save(&mut self, run_dir: &Path) -> std::io::Result<()> {
+        self.updated_at = now();
+        let bytes = serde_json::to_vec_pretty(self)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        write_atomic(&Self::path(run_dir), &bytes)
+    }
+
+    /// Total USD spent, and whether some spend is of unknown price.
+    pub fn spend(&self) -> (f64, bool) {
+        let mut total = 0.0;
+        let mut unknown = false;
+        for c in &self.usage {
+            match c.cost_usd {
+                Some(u) => total += u,
+                None => unknown |= c.tokens_in + c.tokens_out > 0,
+            }
+        }
+        (total, unknown)
+    }
+
+    /// The report's input, built from this record and the audit trail's lines.
+    pub fn report_input(
+        &self,
+        diffstat: String,
+        audit: Vec<String>,
+        audit_head: String,
+        budget_usd: f64,
+    ) -> ReportInput {
+        let fixes = match &self.task.origin {
+            crate::task::Origin::Issue { number, .. } => Some(format!("Fixes #{number}")),
+            crate::task::Origin::PullRequest { number, .. }
+            | crate::task::Origin::CiFailure { number, .. } => Some(format!("For #{number}")),
+            crate::task::Origin::Cli => None,
+        };
+        ReportInput {
+            run_id: self.run_id.clone(),
+            state: self.state.as_str().to_string(),
+            fixes,
+            summary: if self.summary.trim().is_empty() {
+                first_line(&self.task.goal)
+            } else {
+                self.summary.clone()
+            },
+            plan: self.plan.clone(),
+            unplanned: self.unplanned.clone(),
+            diffstat,
+            verification: self.verification.clone(),
+            cost: self.usage.clone(),
+            budget_usd,
+            notes: self.notes.clone(),
+            audit,
+            audit_head,
+            branch: self.branch.clone(),
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    let line = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let mut out: String = line.chars().take(200).collect();
+    if line.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}
+
+/// Now, as RFC 3339 UTC.
+pub fn now() -> String {
+    jiff::Timestamp::now().to_string()
+}
