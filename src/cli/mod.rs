@@ -42,9 +42,19 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each value came from.
     Config(config_cmd::Args),
+    /// List runs, or show one run's state.
+    Status(runs_cmd::StatusArgs),
+    /// Print the pull request description of a run.
+    Show(runs_cmd::RunArg),
+    /// Print the audit trail of a run.
+    Log(runs_cmd::RunArg),
+    /// Audit-log tools.
+    #[command(subcommand)]
+    Audit(runs_cmd::AuditCommand),
 }
 
 mod config_cmd;
+mod runs_cmd;
 pub mod context;
 
 /// Parse the command line, run it and map the outcome to an exit code.
@@ -60,6 +70,10 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log);
     let result = match cli.command {
         Command::Config(args) => config_cmd::run(args),
+        Command::Status(args) => runs_cmd::status(args),
+        Command::Show(args) => runs_cmd::show(args),
+        Command::Log(args) => runs_cmd::log(args),
+        Command::Audit(cmd) => runs_cmd::audit(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -99,6 +99,8 @@ pub struct RunRecord {
     pub approved: Vec<String>,
     /// The pull request, once opened or written.
     pub pr: Option<PrRef>,
+    /// The audit chain's head as of the last save, so a cut-off log is detected.
+    pub audit_head: Option<crate::audit::chain::Head>,
 }
 
 impl RunRecord {
