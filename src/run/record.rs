@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{CostLine, PlanLine, ReportInput, VerifyLine};
+use super::report::{CostLine, ReportInput, VerifyLine};
 use super::state::{RunState, write_atomic};
 use crate::task::Task;
 
@@ -17,6 +17,8 @@ use crate::task::Task;
 pub mod files {
     /// The record.
     pub const RECORD: &str = "record.json";
+    /// The conversation so far (redacted), to continue it after a crash.
+    pub const CONVERSATION: &str = "conversation.json";
     /// The audit chain.
     pub const AUDIT: &str = "audit.jsonl";
     /// The model transcript.
@@ -30,12 +32,10 @@ pub mod files {
 pub struct PendingApproval {
     /// The model's tool call id that asked.
     pub call_id: String,
-    /// The tool (`run`, `edit_file`, …).
-    pub tool: String,
-    /// What it wanted, in words (e.g. the command line).
-    pub what: String,
-    /// The rule that said `ask`, with its origin.
-    pub rule: String,
+    /// The request, with the rules that asked.
+    pub approval: crate::policy::Approval,
+    /// The state to go back to once approved.
+    pub resume_state: RunState,
 }
 
 /// Where the pull request went.
@@ -74,19 +74,21 @@ pub struct RunRecord {
     /// The verification command, once known.
     pub test_command: Option<String>,
     /// The plan, once made.
-    pub plan: Vec<PlanLine>,
-    /// Risks the planner named.
-    pub risks: Vec<String>,
+    pub plan: Option<crate::tools::Plan>,
     /// Files changed that the plan did not name.
     pub unplanned: Vec<String>,
     /// Every verification run, in order.
     pub verification: Vec<VerifyLine>,
+    /// The baseline test run, read (before any edit).
+    pub baseline: Option<crate::verify::Observation>,
     /// Checkpoint commits on the branch, oldest first.
     pub commits: Vec<String>,
     /// Fix rounds used.
     pub fix_attempts: u32,
     /// Model calls made.
     pub turns: u32,
+    /// The role of each model call, in order (a replayed script skips these on resume).
+    pub roles_called: Vec<crate::model::Role>,
     /// Spend per role and model.
     pub usage: Vec<CostLine>,
     /// The model's summary (from `finish`) or the harness's account.
@@ -95,12 +97,16 @@ pub struct RunRecord {
     pub notes: Vec<String>,
     /// A request waiting for approval, if paused.
     pub pending_approval: Option<PendingApproval>,
-    /// Tool call ids a human approved (resume `--approve`).
-    pub approved: Vec<String>,
+    /// Approvals given (resume `--approve`, `/agent approve`).
+    pub approvals: Vec<crate::policy::Approval>,
     /// The pull request, once opened or written.
     pub pr: Option<PrRef>,
     /// The audit chain's head as of the last save, so a cut-off log is detected.
     pub audit_head: Option<crate::audit::chain::Head>,
+    /// Model spend so far, to restore the budget on resume.
+    pub budget_spent: Option<crate::model::Spend>,
+    /// Wall-clock milliseconds the run has worked, over all its processes.
+    pub elapsed_ms: u64,
 }
 
 impl RunRecord {
@@ -160,7 +166,11 @@ impl RunRecord {
             } else {
                 self.summary.clone()
             },
-            plan: self.plan.clone(),
+            plan: self
+                .plan
+                .as_ref()
+                .map(|p| p.steps.clone())
+                .unwrap_or_default(),
             unplanned: self.unplanned.clone(),
             diffstat,
             verification: self.verification.clone(),

@@ -1,0 +1,1007 @@
+//! The agent loop: plan → edit → test → fix, persisted after every step.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::error::{Error, Result};
+use super::record::{PendingApproval, PrRef, RunRecord, files, now};
+use super::report::{self, CostLine, VerifyLine};
+use super::state::{RunState, write_atomic};
+use super::{prompt, tools as run_tools};
+use crate::audit::chain::{self, Appender, Kind};
+use crate::audit::redact::Redactor;
+use crate::config::Config;
+use crate::exec::{ExecOptions, ExecRequest, Executor, LocalExecutor, Termination};
+use crate::model::{self, Message, Request, Role, Router};
+use crate::policy::Policy;
+use crate::task::{Mode, Task, strip_hidden_text};
+use crate::tools::{EventSink, Registry, ToolContext, ToolError, ToolEvent};
+use crate::verify::{self, Observation, RunResult, TestCommand};
+use crate::workspace::{CommitRequest, Repo, Worktree, WorktreeOptions, WorktreeRequest};
+
+/// Largest model reply we ask for, in tokens.
+const MAX_OUTPUT_TOKENS: u32 = 4096;
+/// Replies without a tool call tolerated in a row before the run stops.
+const MAX_IDLE_REPLIES: u32 = 3;
+/// Bytes of failure summary given to the model and the report.
+const FAILURE_SUMMARY_BYTES: usize = 6 * 1024;
+
+/// Progress of a run, for a person watching.
+#[derive(Debug, Clone)]
+pub enum RunEvent {
+    /// The run moved to a state.
+    State(RunState),
+    /// A model call started.
+    Turn {
+        /// The role asked.
+        role: Role,
+        /// Calls so far in this run.
+        n: u32,
+    },
+    /// A tool ran.
+    Tool {
+        /// Its name.
+        name: String,
+        /// A short description (path, command).
+        detail: String,
+    },
+    /// A verification run finished.
+    Verified {
+        /// `before`, `attempt N`.
+        when: String,
+        /// Its one-line result.
+        result: String,
+    },
+    /// Money spent so far.
+    Spend {
+        /// USD.
+        usd: f64,
+    },
+}
+
+/// Everything a run needs from its front door.
+pub struct Services {
+    /// The resolved configuration.
+    pub config: Config,
+    /// The repository (main worktree or bare).
+    pub repo: Repo,
+    /// Models by role.
+    pub router: Arc<Router>,
+    /// Masks secrets in everything that leaves the process.
+    pub redactor: Arc<Redactor>,
+    /// Where progress goes.
+    pub progress: Arc<dyn Fn(&RunEvent) + Send + Sync>,
+    /// How commands run (sandbox, network, limits).
+    pub exec_options: ExecOptions,
+    /// Reuse pooled worktrees.
+    pub warm_pool: bool,
+}
+
+/// How to start a run.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Branch name (default `agent/<slug>` or `agent/<run-id>`).
+    pub branch: Option<String>,
+    /// Test command from a flag (beats config and detection).
+    pub test_command: Option<String>,
+}
+
+/// What a run ended (or paused) with.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The record as last saved.
+    pub record: RunRecord,
+    /// The run directory.
+    pub run_dir: PathBuf,
+}
+
+/// Kill this process with SIGKILL at a named point when `GIT_AGENT_TEST_KILL_AT` names it:
+/// the crash-and-resume tests' way to stop a run exactly there, as `kill -9` would.
+fn failpoint(name: &str) {
+    if std::env::var("GIT_AGENT_TEST_KILL_AT").is_ok_and(|v| v == name) {
+        // SAFETY: getpid and kill are async-signal-safe libc calls with valid arguments.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+fn slug(text: &str) -> String {
+    let mut s = String::new();
+    for w in text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(6)
+    {
+        if !s.is_empty() {
+            s.push('-');
+        }
+        s.push_str(&w.to_ascii_lowercase());
+    }
+    s.chars().take(40).collect::<String>().trim_end_matches('-').to_string()
+}
+
+/// The default branch of a run: `agent/<issue>-<slug>` or `agent/<slug>-<id suffix>`.
+pub fn default_branch(prefix: &str, task: &Task, run_id: &str) -> String {
+    let s = slug(task.goal.lines().next().unwrap_or(""));
+    let tail: String = run_id.chars().rev().take(6).collect::<String>().chars().rev().collect();
+    let tail = tail.to_ascii_lowercase();
+    match &task.origin {
+        crate::task::Origin::Issue { number, .. } => format!("{prefix}{number}-{s}"),
+        _ if s.is_empty() => format!("{prefix}{tail}"),
+        _ => format!("{prefix}{s}-{tail}"),
+    }
+}
+
+/// Start a new run of `task`.
+pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Outcome> {
+    let run_id = ulid::Ulid::generate().to_string();
+    let dir = svc.repo.run_dir(&run_id);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create", &dir, e))?;
+    let branch = opts.branch.clone().unwrap_or_else(|| match &task.branch {
+        Some(b) => b.clone(),
+        None => default_branch(&svc.config.settings.git.branch_prefix, &task, &run_id),
+    });
+    let base_sha = svc.repo.resolve(&task.base)?.to_string();
+    let mut rec = RunRecord {
+        version: 1,
+        run_id: run_id.clone(),
+        task,
+        state: RunState::Queued,
+        created_at: now(),
+        updated_at: now(),
+        branch,
+        base_ref: String::new(),
+        base_sha,
+        worktree: svc.repo.worktrees_dir().join(&run_id),
+        test_command: opts
+            .test_command
+            .clone()
+            .or_else(|| svc.config.settings.verify.test.clone()),
+        plan: None,
+        unplanned: Vec::new(),
+        verification: Vec::new(),
+        baseline: None,
+        commits: Vec::new(),
+        fix_attempts: 0,
+        turns: 0,
+        roles_called: Vec::new(),
+        usage: Vec::new(),
+        summary: String::new(),
+        notes: Vec::new(),
+        pending_approval: None,
+        approvals: Vec::new(),
+        pr: None,
+        audit_head: None,
+        budget_spent: None,
+        elapsed_ms: 0,
+    };
+    rec.base_ref = rec.task.base.clone();
+    let mut run = Active::open(svc, rec, dir, opts.test_command.is_some())?;
+    let sanitized = strip_hidden_text(&run.rec.task.goal);
+    run.audit(
+        Kind::State,
+        json!({
+            "state": "queued",
+            "task": run.rec.task,
+            "hidden_text_removed": sanitized.removed,
+            "sandbox": svc.exec_options.sandbox,
+        }),
+    )?;
+    run.save()?;
+    run.drive().await
+}
+
+/// Continue a stopped run; with `approve`, approve its pending request first.
+pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Result<Outcome> {
+    let dir = svc.repo.run_dir(run_id);
+    let rec = RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record of", &dir, e))?;
+    let mut run = Active::open(svc, rec, dir, false)?;
+    if run.rec.state.is_terminal() {
+        return Ok(run.outcome());
+    }
+    if run.rec.state == RunState::AwaitingApproval {
+        let Some(pending) = run.rec.pending_approval.clone() else {
+            return Err(Error::Invalid("awaiting approval but nothing is pending".into()));
+        };
+        if !approve {
+            return Ok(run.outcome());
+        }
+        let mut approval = pending.approval.clone();
+        approval.approve(by);
+        run.audit(Kind::Approval, json!({"approved": approval, "by": by}))?;
+        run.rec.approvals.push(approval);
+        run.rec.pending_approval = None;
+        let back = pending.resume_state;
+        run.rec.state = back;
+        run.save()?;
+    }
+    run.audit(Kind::State, json!({"state": run.rec.state.as_str(), "resumed": true}))?;
+    run.drive().await
+}
+
+/// The audit sink handed to tools: their events become audit events.
+struct AuditSink {
+    audit: Arc<Appender>,
+}
+
+impl EventSink for AuditSink {
+    fn record(&self, event: ToolEvent) {
+        let kind = match &event {
+            ToolEvent::Policy(_) | ToolEvent::PlanGate { .. } => Kind::Policy,
+            ToolEvent::PlanUpdated(_) | ToolEvent::FileChanged(_) => Kind::ToolResult,
+        };
+        let data = serde_json::to_value(&event).unwrap_or_else(|e| json!({"unserializable": e.to_string()}));
+        if let Err(e) = self.audit.append(kind, data) {
+            tracing::error!(error = %e, "cannot append a tool event to the audit log");
+        }
+    }
+}
+
+struct Active<'a> {
+    svc: &'a Services,
+    rec: RunRecord,
+    dir: PathBuf,
+    audit: Arc<Appender>,
+    worktree: Option<Worktree>,
+    tools: Option<(ToolContext, Registry, Arc<dyn Executor>)>,
+    messages: Vec<Message>,
+    test_from_flag: bool,
+    started: std::time::Instant,
+}
+
+impl<'a> Active<'a> {
+    fn open(svc: &'a Services, rec: RunRecord, dir: PathBuf, test_from_flag: bool) -> Result<Self> {
+        let redactor = svc.redactor.clone();
+        let (audit, recovery) = Appender::open(
+            &dir.join(files::AUDIT),
+            &rec.run_id,
+            Arc::new(move |s: &str| redactor.redact(s)),
+        )?;
+        if recovery.dropped_torn_tail.is_some() {
+            tracing::warn!(run = %rec.run_id, "the audit log's last line was torn by a crash; continuing the chain after the last whole event");
+        }
+        let messages = match std::fs::read(dir.join(files::CONVERSATION)) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        Ok(Self {
+            svc,
+            rec,
+            dir,
+            audit: Arc::new(audit),
+            worktree: None,
+            tools: None,
+            messages,
+            test_from_flag,
+            started: std::time::Instant::now(),
+        })
+    }
+
+    fn outcome(&self) -> Outcome {
+        Outcome {
+            record: self.rec.clone(),
+            run_dir: self.dir.clone(),
+        }
+    }
+
+    fn audit(&self, kind: Kind, data: serde_json::Value) -> Result<()> {
+        self.audit.append(kind, data)?;
+        Ok(())
+    }
+
+    fn progress(&self, e: RunEvent) {
+        (self.svc.progress)(&e);
+    }
+
+    /// Persist the record (and conversation), then mirror the run directory to its ref.
+    fn save(&mut self) -> Result<()> {
+        self.rec.audit_head = Some(self.audit.head()?);
+        let spent = self.svc.router.spent();
+        self.rec.budget_spent = Some(spent);
+        self.rec.usage = usage_lines(&self.svc.router);
+        let text = serde_json::to_string(&self.messages).unwrap_or_else(|_| "[]".into());
+        let text = self.svc.redactor.redact(&text);
+        write_atomic(&self.dir.join(files::CONVERSATION), text.as_bytes())
+            .map_err(|e| Error::io("cannot write", &self.dir, e))?;
+        self.rec
+            .save(&self.dir)
+            .map_err(|e| Error::io("cannot write the record in", &self.dir, e))?;
+        self.svc.repo.mirror_run_record(&self.rec.run_id)?;
+        Ok(())
+    }
+
+    fn transition(&mut self, next: RunState) -> Result<()> {
+        if self.rec.state != next {
+            if !self.rec.state.can_move_to(next) {
+                return Err(Error::Invalid(format!(
+                    "illegal transition {} → {next}",
+                    self.rec.state
+                )));
+            }
+            self.audit(Kind::State, json!({"from": self.rec.state.as_str(), "state": next.as_str()}))?;
+            self.rec.state = next;
+        }
+        self.save()?;
+        self.progress(RunEvent::State(next));
+        Ok(())
+    }
+
+    async fn drive(mut self) -> Result<Outcome> {
+        let result = self.drive_inner().await;
+        match result {
+            Ok(()) => {}
+            Err(Error::Model(model::Error::BudgetExhausted(ex))) => {
+                self.rec.notes.push(format!("Budget exhausted: {ex}."));
+                self.transition(RunState::BudgetExhausted)?;
+            }
+            Err(Error::Model(e)) => {
+                self.rec.notes.push(format!("The model failed: {e}"));
+                self.transition(RunState::Failed)?;
+            }
+            Err(e) => {
+                // A harness fault: record it and end the run, keeping the evidence.
+                self.rec.notes.push(format!("The run stopped on an error: {e}"));
+                let _ = self.transition(RunState::Failed);
+                self.finish_report()?;
+                return Err(e);
+            }
+        }
+        if self.rec.state.is_terminal() || self.rec.state == RunState::AwaitingApproval {
+            self.finish_report()?;
+        }
+        Ok(self.outcome())
+    }
+
+    async fn drive_inner(&mut self) -> Result<()> {
+        loop {
+            match self.rec.state {
+                RunState::Queued => {
+                    self.prepare_worktree()?;
+                    failpoint("after-worktree");
+                    self.transition(RunState::Analyzing)?;
+                }
+                RunState::Analyzing => {
+                    self.prepare_worktree()?;
+                    self.analyze().await?;
+                    failpoint("after-baseline");
+                    self.transition(RunState::Planning)?;
+                }
+                RunState::Planning => {
+                    self.prepare_worktree()?;
+                    let planned = self.plan().await?;
+                    if !planned {
+                        return Ok(());
+                    }
+                    failpoint("after-plan");
+                    if self.rec.task.mode == Mode::Plan {
+                        self.rec.summary = "Plan only: no files were changed.".into();
+                        // A plan-only run ends after planning; nothing to verify.
+                        self.rec.state = RunState::Testing;
+                        self.transition(RunState::Succeeded)?;
+                        return Ok(());
+                    }
+                    self.transition(RunState::Editing)?;
+                }
+                RunState::Editing | RunState::Fixing => {
+                    self.prepare_worktree()?;
+                    self.code().await?;
+                    if self.rec.state == RunState::AwaitingApproval || self.rec.state.is_terminal() {
+                        return Ok(());
+                    }
+                }
+                RunState::Testing => {
+                    self.prepare_worktree()?;
+                    self.final_verification().await?;
+                }
+                RunState::AwaitingApproval => return Ok(()),
+                s if s.is_terminal() => return Ok(()),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Create the worktree (or reopen it after a crash) and the tools that work in it.
+    fn prepare_worktree(&mut self) -> Result<()> {
+        if self.worktree.is_some() {
+            return Ok(());
+        }
+        let resuming = self.rec.state != RunState::Queued;
+        let req = WorktreeRequest {
+            run_id: self.rec.run_id.clone(),
+            branch: self.rec.branch.clone(),
+            base: self.rec.base_sha.clone(),
+        };
+        let (wt, prov) = self.svc.repo.create_worktree(
+            &req,
+            WorktreeOptions {
+                resume: resuming || self.rec.task.branch.is_some(),
+                warm: self.svc.warm_pool && !resuming,
+            },
+        )?;
+        if !resuming {
+            self.audit(
+                Kind::State,
+                json!({"worktree": wt.path(), "branch": wt.branch(), "base": self.rec.base_sha, "provenance": format!("{prov:?}")}),
+            )?;
+        } else if let Some(last) = self.rec.commits.last() {
+            // Anything after the last checkpoint was not verified: a resumed run starts from
+            // the checkpoint, so no half-applied step survives a crash.
+            let id = self.svc.repo.resolve(last)?;
+            wt.rollback_to(id)?;
+        }
+        self.rec.worktree = wt.path().to_path_buf();
+        let policy = Arc::new(Policy::from_config(&self.svc.config)?);
+        let executor: Arc<dyn Executor> =
+            Arc::new(LocalExecutor::new(wt.path(), self.svc.exec_options.clone())?);
+        let sink = Arc::new(AuditSink {
+            audit: self.audit.clone(),
+        });
+        let ctx = ToolContext::new(wt.path(), policy.clone(), sink)
+            .map_err(|e| Error::io("cannot open the worktree", wt.path(), e))?;
+        if let Some(plan) = &self.rec.plan {
+            ctx.with_plan(|p| p.plan = Some(plan.clone()));
+        }
+        if let Ok(mut a) = ctx.approvals.lock() {
+            a.extend(self.rec.approvals.iter().cloned());
+        }
+        let mut registry = Registry::builtin();
+        registry.register(Arc::new(run_tools::RunCommand {
+            executor: executor.clone(),
+        }));
+        self.tools = Some((ctx, registry, executor));
+        self.worktree = Some(wt);
+        Ok(())
+    }
+
+    fn test_command(&self) -> Result<Option<TestCommand>> {
+        let wt = self.rec.worktree.clone();
+        let flag = if self.test_from_flag {
+            self.rec.test_command.as_deref()
+        } else {
+            None
+        };
+        let config = self
+            .rec
+            .test_command
+            .as_deref()
+            .or(self.svc.config.settings.verify.test.as_deref());
+        Ok(verify::resolve(&wt, flag, config)?)
+    }
+
+    /// Baseline test run and the context for the first prompt.
+    async fn analyze(&mut self) -> Result<()> {
+        let cmd = self.test_command()?;
+        self.rec.test_command = cmd.as_ref().map(|c| c.command.clone());
+        if let Some(cmd) = &cmd
+            && self.rec.baseline.is_none()
+        {
+            let (obs, line) = self.run_tests(cmd, "before").await?;
+            self.rec.baseline = Some(obs);
+            self.rec.verification.push(line);
+        }
+        Ok(())
+    }
+
+    /// Run the test command once and read it.
+    async fn run_tests(&mut self, cmd: &TestCommand, when: &str) -> Result<(Observation, VerifyLine)> {
+        let executor = self.executor()?;
+        let timeout = Duration::from_secs(u64::from(self.svc.config.settings.verify.timeout_minutes.max(1)) * 60);
+        let out = executor
+            .run(ExecRequest::shell(cmd.command.clone()).timeout(timeout))
+            .await?;
+        let mut text = out.stdout.to_text_lossy();
+        let err = out.stderr.to_text_lossy();
+        if !err.is_empty() {
+            text.push('\n');
+            text.push_str(&err);
+        }
+        let exit_code = match out.status {
+            Termination::Exited(c) => Some(c),
+            _ => None,
+        };
+        let junit = verify::read_junit_reports(cmd.runner, &self.rec.worktree).unwrap_or_default();
+        let obs = verify::observe(
+            cmd,
+            &RunResult {
+                exit_code,
+                output: text.clone(),
+            },
+            &junit,
+        );
+        let decision = verify::decide(self.rec.baseline.as_ref(), &obs);
+        let result = if when == "before" {
+            match &obs.report {
+                Some(r) if !r.failed.is_empty() => format!(
+                    "{} failed: {}",
+                    r.failed.len(),
+                    r.failed.iter().take(5).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                ),
+                Some(r) => format!("{} passed, {} failed", r.counts.passed, r.counts.failed),
+                None => match exit_code {
+                    Some(c) => format!("exit code {c}"),
+                    None => "killed".into(),
+                },
+            }
+        } else {
+            decision.headline(&obs)
+        };
+        let excerpt = if obs.exit_code == Some(0) {
+            String::new()
+        } else {
+            self.svc.redactor.redact(&verify::failure_summary(obs.report.as_ref(), &text, FAILURE_SUMMARY_BYTES))
+        };
+        let line = VerifyLine {
+            when: when.to_string(),
+            command: cmd.command.clone(),
+            exit_code,
+            duration_ms: out.duration.as_millis() as u64,
+            result: result.clone(),
+            excerpt,
+        };
+        self.audit(
+            Kind::Verify,
+            json!({"when": when, "command": cmd.command, "status": out.status, "duration_ms": line.duration_ms, "decision": decision, "dropped_bytes": out.stdout.dropped() + out.stderr.dropped()}),
+        )?;
+        self.progress(RunEvent::Verified {
+            when: when.to_string(),
+            result,
+        });
+        Ok((obs, line))
+    }
+
+    fn executor(&self) -> Result<Arc<dyn Executor>> {
+        self.tools
+            .as_ref()
+            .map(|(_, _, e)| e.clone())
+            .ok_or_else(|| Error::Invalid("no worktree prepared".into()))
+    }
+
+    fn first_message(&self) -> String {
+        let goal = strip_hidden_text(&self.rec.task.goal).text;
+        let instructions = prompt::repository_instructions(&self.rec.worktree);
+        let map = self.project_map(&goal);
+        let baseline = self
+            .rec
+            .verification
+            .first()
+            .map(|v| {
+                if v.excerpt.is_empty() {
+                    v.result.clone()
+                } else {
+                    format!("{}\n{}", v.result, v.excerpt)
+                }
+            })
+            .unwrap_or_default();
+        prompt::first_message(&goal, &instructions, &map, self.rec.test_command.as_deref(), &baseline)
+    }
+
+    fn project_map(&self, goal: &str) -> String {
+        super::context::project_map(&self.svc.repo, &self.rec.worktree, goal)
+    }
+
+    /// The planner's conversation, until `update_plan` is called. `false` when the run
+    /// stopped (paused or failed) instead.
+    async fn plan(&mut self) -> Result<bool> {
+        if self.rec.plan.is_some() {
+            return Ok(true);
+        }
+        if self.messages.is_empty() {
+            self.messages.push(Message::user(self.first_message()));
+        }
+        let read_only = ["read_file", "list_files", "search", "update_plan"];
+        let mut idle = 0;
+        loop {
+            let specs = self.specs(Some(&read_only));
+            let reply = self.call(Role::Planner, prompt::planner_system(), specs).await?;
+            if reply.tool_calls.is_empty() {
+                idle += 1;
+                if idle >= MAX_IDLE_REPLIES {
+                    self.rec.notes.push("The planner never called update_plan.".into());
+                    self.transition(RunState::Failed)?;
+                    return Ok(false);
+                }
+                self.messages.push(Message::user(
+                    "Call update_plan with the plan (steps with the files each touches).",
+                ));
+                self.save()?;
+                continue;
+            }
+            idle = 0;
+            for call in &reply.tool_calls {
+                if !read_only.contains(&call.name.as_str()) {
+                    self.tool_result(call, "The planner may only read and call update_plan.".into(), true);
+                    continue;
+                }
+                match self.dispatch(call).await? {
+                    Dispatched::Done(text, is_error) => self.tool_result(call, text, is_error),
+                    Dispatched::Paused => return Ok(false),
+                }
+            }
+            let plan = self
+                .tools
+                .as_ref()
+                .and_then(|(ctx, _, _)| ctx.with_plan(|p| p.plan.clone()));
+            self.save()?;
+            if let Some(plan) = plan {
+                self.rec.plan = Some(plan);
+                self.save()?;
+                return Ok(true);
+            }
+        }
+    }
+
+    /// The coder's conversation: edits, commands and test runs until `finish` verifies or
+    /// the fix attempts run out.
+    async fn code(&mut self) -> Result<()> {
+        let mut idle = 0;
+        loop {
+            let specs = self.specs(None);
+            let reply = self.call(Role::Coder, prompt::coder_system(), specs).await?;
+            if reply.tool_calls.is_empty() {
+                idle += 1;
+                if idle >= MAX_IDLE_REPLIES {
+                    // The model stopped using tools: verify what it did, as finish would.
+                    self.rec.summary = reply.content.trim().to_string();
+                    return self.verify_and_decide().await;
+                }
+                self.messages.push(Message::user(
+                    "Use the tools to make the change, then call finish with a summary.",
+                ));
+                self.save()?;
+                continue;
+            }
+            idle = 0;
+            let mut finish = None;
+            for call in &reply.tool_calls {
+                match call.name.as_str() {
+                    "finish" => {
+                        finish = Some(call.clone());
+                    }
+                    "run_tests" => {
+                        let text = self.tests_for_model(call).await?;
+                        self.tool_result(call, text, false);
+                    }
+                    _ => match self.dispatch(call).await? {
+                        Dispatched::Done(text, is_error) => self.tool_result(call, text, is_error),
+                        Dispatched::Paused => return Ok(()),
+                    },
+                }
+            }
+            self.save()?;
+            failpoint(&format!("after-turn-{}", self.rec.turns));
+            if let Some(call) = finish {
+                self.rec.summary = call
+                    .arguments
+                    .get("summary")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
+                self.tool_result(&call, "Verifying: the harness runs the tests now.".into(), false);
+                self.save()?;
+                return self.verify_and_decide().await;
+            }
+        }
+    }
+
+    /// `run_tests` from the model: run the tests and hand back a focused summary.
+    async fn tests_for_model(&mut self, call: &model::ToolCall) -> Result<String> {
+        self.audit(Kind::ToolCall, json!({"id": call.id, "name": call.name}))?;
+        let Some(cmd) = self.test_command()? else {
+            return Ok("No test command is configured or detected for this project.".into());
+        };
+        let n = self.rec.verification.len();
+        let (obs, line) = self.run_tests(&cmd, &format!("run_tests {n}")).await?;
+        let decision = verify::decide(self.rec.baseline.as_ref(), &obs);
+        if decision.success {
+            self.checkpoint("tests pass")?;
+        }
+        let text = if line.excerpt.is_empty() {
+            line.result.clone()
+        } else {
+            format!("{}\n{}", line.result, line.excerpt)
+        };
+        self.rec.verification.push(line);
+        Ok(text)
+    }
+
+    /// After `finish`: test, decide, and either succeed or go round again.
+    async fn verify_and_decide(&mut self) -> Result<()> {
+        self.transition(RunState::Testing)?;
+        self.final_verification().await
+    }
+
+    async fn final_verification(&mut self) -> Result<()> {
+        let Some(cmd) = self.test_command()? else {
+            // Nothing can prove the change: commit it for review, but say so.
+            self.rec
+                .notes
+                .push("No test command was found, so nothing verified this change.".into());
+            self.checkpoint("unverified change")?;
+            self.transition(RunState::Failed)?;
+            return Ok(());
+        };
+        let attempt = self.rec.fix_attempts + 1;
+        let (obs, line) = self.run_tests(&cmd, &format!("attempt {attempt}")).await?;
+        let decision = verify::decide(self.rec.baseline.as_ref(), &obs);
+        let feedback = if line.excerpt.is_empty() {
+            line.result.clone()
+        } else {
+            format!("{}\n{}", line.result, line.excerpt)
+        };
+        self.rec.verification.push(line);
+        if decision.success {
+            self.checkpoint("verified")?;
+            failpoint("after-commit");
+            if self.rec.commits.is_empty() {
+                self.rec.notes.push("The tests pass but the run changed nothing.".into());
+            }
+            self.transition(RunState::Succeeded)?;
+            return Ok(());
+        }
+        self.rec.fix_attempts = attempt;
+        if attempt >= self.svc.config.settings.budget.max_fix_attempts {
+            self.rec.notes.push(format!(
+                "Fix attempts exhausted ({attempt} of {}); the branch keeps the last good checkpoint{}.",
+                self.svc.config.settings.budget.max_fix_attempts,
+                if self.rec.commits.is_empty() { " (none: no verified step)" } else { "" }
+            ));
+            self.transition(RunState::Failed)?;
+            return Ok(());
+        }
+        self.messages.push(Message::user(format!(
+            "The tests did not pass (attempt {attempt} of {}):\n{}\nFix the failures, then call finish again.",
+            self.svc.config.settings.budget.max_fix_attempts, feedback
+        )));
+        self.transition(RunState::Fixing)?;
+        Ok(())
+    }
+
+    /// Commit the worktree's changes as a checkpoint, after checking the diff for secrets.
+    fn checkpoint(&mut self, why: &str) -> Result<()> {
+        let Some(wt) = &self.worktree else {
+            return Ok(());
+        };
+        if !wt.is_dirty()? {
+            return Ok(());
+        }
+        let step = self.rec.commits.len() + 1;
+        let head = self.audit.head()?;
+        let mut trailers = vec![
+            ("Agent-Run".to_string(), self.rec.run_id.clone()),
+            ("Agent-Step".to_string(), step.to_string()),
+            ("Audit-Head".to_string(), head.hash.clone()),
+        ];
+        if let Some(co) = self.rec.task.requested_by.as_ref().and_then(|p| p.co_author()) {
+            trailers.push(("Co-authored-by".to_string(), co));
+        }
+        let subject = format!(
+            "agent: {}",
+            strip_hidden_text(self.rec.task.goal.lines().next().unwrap_or("change")).text.chars().take(64).collect::<String>()
+        );
+        let git = &self.svc.config.settings.git;
+        let id = wt
+            .commit_all(&CommitRequest {
+                subject,
+                body: format!("Checkpoint {step} of run {} ({why}).", self.rec.run_id),
+                trailers,
+                author_name: git.author_name.clone(),
+                author_email: git.author_email.clone(),
+                time: None,
+            })?
+            .map(|id| id.to_string());
+        if let Some(id) = id {
+            // A token in the diff blocks the push: undo the commit and say so, redacted.
+            let diff = self.svc.repo.diff(self.svc.repo.resolve(&self.rec.base_sha)?, self.svc.repo.resolve(&id)?)?;
+            let findings = crate::audit::redact::scan_diff(&diff.unified(), &self.svc.redactor);
+            if !findings.is_empty() {
+                let prev = self.rec.commits.last().cloned().unwrap_or(self.rec.base_sha.clone());
+                wt.rollback_to(self.svc.repo.resolve(&prev)?)?;
+                self.audit(Kind::Policy, json!({"blocked": "secret in diff", "findings": findings}))?;
+                return Err(Error::SecretInDiff(
+                    findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("; "),
+                ));
+            }
+            self.audit(Kind::Commit, json!({"commit": id, "step": step, "why": why}))?;
+            self.rec.commits.push(id);
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn specs(&self, only: Option<&[&str]>) -> Vec<model::ToolSpec> {
+        let Some((_, registry, _)) = &self.tools else {
+            return Vec::new();
+        };
+        let mut specs: Vec<model::ToolSpec> = registry
+            .specs()
+            .into_iter()
+            .map(|s| model::ToolSpec {
+                name: s.name,
+                description: s.description,
+                parameters: s.parameters,
+            })
+            .collect();
+        specs.extend(run_tools::harness_specs());
+        if let Some(only) = only {
+            specs.retain(|s| only.contains(&s.name.as_str()));
+        }
+        specs
+    }
+
+    async fn call(&mut self, role: Role, system: String, tools: Vec<model::ToolSpec>) -> Result<model::Reply> {
+        let mut req = Request::new(self.messages.clone(), MAX_OUTPUT_TOKENS);
+        req.system = Some(system);
+        req.tools = tools;
+        self.progress(RunEvent::Turn {
+            role,
+            n: self.rec.turns + 1,
+        });
+        let result = self.svc.router.call(role, &req, None).await;
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                self.audit(Kind::ModelCall, json!({"role": role.as_str(), "error": e.to_string()}))?;
+                return Err(e.into());
+            }
+        };
+        self.rec.turns += 1;
+        self.rec.roles_called.push(role);
+        self.audit(Kind::ModelCall, serde_json::to_value(&out.record).unwrap_or_default())?;
+        let line = serde_json::to_string(&out.transcript).unwrap_or_default();
+        append_line(&self.dir.join(files::TRANSCRIPT), &self.svc.redactor.redact(&line))?;
+        self.messages.push(Message::from_reply(&out.reply));
+        self.save()?;
+        self.progress(RunEvent::Spend {
+            usd: self.svc.router.spent().usd,
+        });
+        Ok(out.reply)
+    }
+
+    fn tool_result(&mut self, call: &model::ToolCall, content: String, is_error: bool) {
+        let content = self.svc.redactor.redact(&content);
+        let excerpt: String = content.chars().take(300).collect();
+        if let Err(e) = self.audit(
+            Kind::ToolResult,
+            json!({"id": call.id, "name": call.name, "error": is_error, "excerpt": excerpt}),
+        ) {
+            tracing::error!(error = %e, "cannot audit a tool result");
+        }
+        self.messages.push(Message::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content,
+            is_error,
+        });
+    }
+
+    async fn dispatch(&mut self, call: &model::ToolCall) -> Result<Dispatched> {
+        self.audit(Kind::ToolCall, json!({"id": call.id, "name": call.name, "arguments": call.arguments}))?;
+        let detail = ["path", "command", "pattern"]
+            .iter()
+            .find_map(|k| call.arguments.get(*k).and_then(|v| v.as_str()))
+            .unwrap_or("")
+            .to_string();
+        self.progress(RunEvent::Tool {
+            name: call.name.clone(),
+            detail,
+        });
+        let Some((ctx, registry, _)) = &self.tools else {
+            return Err(Error::Invalid("no worktree prepared".into()));
+        };
+        if registry.get(&call.name).is_none() {
+            return Ok(Dispatched::Done(
+                format!("There is no tool `{}`.", call.name),
+                true,
+            ));
+        }
+        match registry.dispatch(ctx, &call.name, call.arguments.clone()).await {
+            Ok(out) => Ok(Dispatched::Done(out.content, false)),
+            Err(ToolError::ToModel(msg)) => Ok(Dispatched::Done(msg, true)),
+            Err(ToolError::AwaitingApproval(approval)) => {
+                let resume_state = self.rec.state;
+                self.audit(Kind::Approval, json!({"pending": approval}))?;
+                self.rec.notes.push(format!(
+                    "Waiting for approval to run `{}`. Approve with `git agent resume {} --approve`.",
+                    approval.request.subject, self.rec.run_id
+                ));
+                self.rec.pending_approval = Some(PendingApproval {
+                    call_id: call.id.clone(),
+                    approval: *approval,
+                    resume_state,
+                });
+                // The model is told on resume; its call stays unanswered until then.
+                self.messages.pop_if(|m| matches!(m, Message::Assistant { .. }));
+                self.rec.turns = self.rec.turns.saturating_sub(1);
+                self.rec.roles_called.pop();
+                self.transition(RunState::AwaitingApproval)?;
+                Ok(Dispatched::Paused)
+            }
+            Err(e @ ToolError::Fatal { .. }) => Err(Error::Tool(e.to_string())),
+        }
+    }
+
+    /// Render the report, write it as `pr.md`, mirror the record.
+    fn finish_report(&mut self) -> Result<()> {
+        let repo = &self.svc.repo;
+        let head = self.rec.commits.last().cloned();
+        let diff = match head {
+            Some(h) => repo.diff(repo.resolve(&self.rec.base_sha)?, repo.resolve(&h)?)?,
+            None => Default::default(),
+        };
+        if let Some(plan) = &self.rec.plan {
+            self.rec.unplanned = diff
+                .files
+                .iter()
+                .filter(|f| !plan.names(&f.path))
+                .map(|f| f.path.clone())
+                .collect();
+        }
+        if let Some(wt) = &self.worktree
+            && !self.rec.state.is_terminal()
+            && self.rec.state != RunState::AwaitingApproval
+        {
+            let _ = wt;
+        }
+        if let Some(wt) = &self.worktree
+            && self.rec.state != RunState::Succeeded
+            && let Ok(left) = wt.changed_paths()
+            && !left.is_empty()
+        {
+            self.rec.notes.push(format!(
+                "Not committed (unverified): {}.",
+                left.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        self.rec.elapsed_ms += self.started.elapsed().as_millis() as u64;
+        let log = chain::read(&self.dir.join(files::AUDIT))?;
+        let lines: Vec<String> = log.events.iter().map(chain::render_event).collect();
+        let head = self.audit.head()?;
+        let input = self.rec.report_input(
+            diff.stat(),
+            lines,
+            head.hash,
+            self.svc.config.settings.budget.max_usd,
+        );
+        let body = self.svc.redactor.redact(&report::render(&input));
+        let pr = self.dir.join(files::PR);
+        write_atomic(&pr, body.as_bytes()).map_err(|e| Error::io("cannot write", &pr, e))?;
+        self.rec.pr = Some(PrRef::Path(pr));
+        self.save()?;
+        Ok(())
+    }
+}
+
+enum Dispatched {
+    Done(String, bool),
+    Paused,
+}
+
+fn usage_lines(router: &Router) -> Vec<CostLine> {
+    router
+        .usage()
+        .into_iter()
+        .map(|(role, spec, u)| CostLine {
+            role: role.as_str().to_string(),
+            model: spec,
+            tokens_in: u.tokens_in,
+            tokens_out: u.tokens_out,
+            cost_usd: (!u.cost_unknown).then_some(u.cost_usd),
+        })
+        .collect()
+}
+
+fn append_line(path: &Path, line: &str) -> Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io("cannot open", path, e))?;
+    writeln!(f, "{line}").map_err(|e| Error::io("cannot write", path, e))?;
+    Ok(())
+}

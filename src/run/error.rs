@@ -1,0 +1,57 @@
+use std::path::{Path, PathBuf};
+
+/// Errors that end (or refuse to start) a run. A tool failure the model can act on is not
+/// one of these: it goes back to the model as a message.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The git engine failed.
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::Error),
+    /// A model call failed for good (including budget exhaustion).
+    #[error(transparent)]
+    Model(#[from] crate::model::Error),
+    /// The executor could not start a command or set up the sandbox.
+    #[error(transparent)]
+    Exec(#[from] crate::exec::Error),
+    /// The audit log could not be written or read.
+    #[error(transparent)]
+    Audit(#[from] crate::audit::chain::Error),
+    /// The policy could not be built from the configuration.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::Error),
+    /// Test-command detection failed.
+    #[error(transparent)]
+    Verify(#[from] crate::verify::Error),
+    /// A tool hit a harness fault.
+    #[error("{0}")]
+    Tool(String),
+    /// The change contains what looks like a secret; nothing was pushed.
+    #[error("the change contains what looks like a secret, so it was not committed or pushed: {0}")]
+    SecretInDiff(String),
+    /// The run record is inconsistent.
+    #[error("{0}")]
+    Invalid(String),
+    /// A file in the run directory could not be read or written.
+    #[error("{context} {path}: {source}")]
+    Io {
+        /// What we were doing.
+        context: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(context: &'static str, path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            context,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// `Result` with the run's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
