@@ -9,6 +9,7 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod model;
 pub mod run;
 pub mod task;
 pub mod workspace;

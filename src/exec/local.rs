@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
 use super::capture::Capture;
+use super::cgroup::{self, CgroupBase};
 use super::error::{Error, Result};
 use super::proxy::{BlockedHost, EgressProxy};
 use super::sandbox::{self, ChildSetup, LandlockSpawn, Mechanism, ParentSide, SandboxReport};
@@ -43,6 +44,8 @@ pub struct LocalExecutor {
     backend: Backend,
     report: SandboxReport,
     proxy: Option<EgressProxy>,
+    /// Per-command pids cgroups, when running as root (where `RLIMIT_NPROC` does not bind).
+    cgroups: Option<CgroupBase>,
 }
 
 impl LocalExecutor {
@@ -79,7 +82,16 @@ impl LocalExecutor {
                 protections: Vec::new(),
             },
             proxy: None,
+            cgroups: None,
         };
+        if cgroup::is_root() {
+            this.cgroups = CgroupBase::find();
+            if this.cgroups.is_none() {
+                tracing::warn!(
+                    "running as root without a writable pids cgroup: the process limit cannot be enforced"
+                );
+            }
+        }
         this.report.requested = this.opts.sandbox;
         this.report.network_requested = this.opts.network;
         let mode = this.opts.sandbox;
@@ -183,10 +195,17 @@ impl LocalExecutor {
             "allow-listed environment without secrets; HOME and TMPDIR private".to_string(),
             "own process group, wall-clock timeout killing the group".to_string(),
             format!(
-                "rlimits: cpu {} s, file size {} bytes, {} processes, no core dumps",
+                "rlimits: cpu {} s, file size {} bytes, {} processes ({}), no core dumps",
                 self.opts.limits.cpu_seconds,
                 self.opts.limits.file_size_bytes,
-                self.opts.limits.max_processes
+                self.opts.limits.max_processes,
+                if self.cgroups.is_some() {
+                    "pids cgroup"
+                } else if cgroup::is_root() {
+                    "NOT enforced: root without a pids cgroup"
+                } else {
+                    "RLIMIT_NPROC"
+                }
             ),
             "writes only to the worktree and the private dir; .git and nested .git read-only"
                 .to_string(),
@@ -225,15 +244,20 @@ impl LocalExecutor {
     /// Run `true` in the sandbox once, so a sandbox that cannot be set up fails here.
     fn verify(&self, mode: &str) -> Result<()> {
         let (mut cmd, parent) = self.command("true", &[], Vec::new())?;
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        let status = cmd.status().map_err(|e| Error::SandboxUnavailable {
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        let out = cmd.output().map_err(|e| Error::SandboxUnavailable {
             mode: mode.into(),
             reason: describe_spawn_error(&e, &parent),
         })?;
-        if !status.success() {
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stderr: String = stderr.trim().chars().take(500).collect();
             return Err(Error::SandboxUnavailable {
                 mode: mode.into(),
-                reason: format!("a trial command in the sandbox failed ({status})"),
+                reason: format!(
+                    "a trial command in the sandbox failed ({}): {stderr}",
+                    out.status
+                ),
             });
         }
         Ok(())
@@ -300,6 +324,17 @@ impl LocalExecutor {
                 (cmd, setup, parent)
             }
         };
+        let (mut setup, mut parent) = (setup, parent);
+        if let Some(base) = &self.cgroups {
+            let cg =
+                base.create(self.opts.limits.max_processes)
+                    .map_err(|e| Error::SandboxSetup {
+                        what: "the command's pids cgroup".into(),
+                        source: e,
+                    })?;
+            setup.join_cgroup(cg.procs.clone());
+            parent.cgroup = Some(cg);
+        }
         cmd.env_clear()
             .envs(env)
             .current_dir(&self.worktree)
@@ -359,6 +394,9 @@ impl LocalExecutor {
             s = child.wait() => Some(s),
             _ = tokio::time::sleep(timeout) => None,
         };
+        if let Some(cg) = &parent.cgroup {
+            cg.kill_all().await;
+        }
         if let Some(pid) = pid {
             kill_group(pid).await;
         }
@@ -372,6 +410,10 @@ impl LocalExecutor {
                 None
             }
         };
+        if let Some(cg) = &parent.cgroup {
+            cg.kill_all().await;
+            cg.drained().await;
+        }
         if let Some(ns) = &userns {
             kill_namespace(ns).await;
         }

@@ -25,6 +25,7 @@
 //! ```
 
 mod capture;
+mod cgroup;
 mod env;
 mod error;
 mod local;

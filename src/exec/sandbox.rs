@@ -166,6 +166,20 @@ pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The existing directories of [`HIDDEN_WITHOUT_NETWORK`], symlinks resolved, each once.
+fn hidden_dirs() -> Vec<PathBuf> {
+    let mut seen = Vec::new();
+    for h in HIDDEN_WITHOUT_NETWORK {
+        if let Ok(c) = std::fs::canonicalize(h)
+            && c.is_dir()
+            && !seen.contains(&c)
+        {
+            seen.push(c);
+        }
+    }
+    seen
+}
+
 /// The worktree's `.git` and every nested `.git` outside ignored directories.
 pub(crate) fn git_dirs(worktree: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -313,6 +327,7 @@ const STEPS: &[&str] = &[
     "enter the landlock domain",
     "install the seccomp filter",
     "set the parent-death signal",
+    "join the pids cgroup",
 ];
 
 /// Name of a setup step from the byte the child wrote.
@@ -346,6 +361,8 @@ pub(crate) struct ChildSetup {
     err_pipe: OwnedFd,
     /// Only namespaces and limits (used under bubblewrap, which does the rest).
     limits_only: bool,
+    /// `cgroup.procs` of the command's pids cgroup, joined first.
+    cgroup_procs: Option<CString>,
 }
 
 /// Parent-side handles of one prepared spawn.
@@ -354,6 +371,8 @@ pub(crate) struct ParentSide {
     pub err_pipe: OwnedFd,
     /// Parent end of the proxy socket pair.
     pub proxy_sock: Option<OwnedFd>,
+    /// The command's pids cgroup, when the process limit needs one.
+    pub cgroup: Option<super::cgroup::Cgroup>,
 }
 
 pub(crate) fn rlimits(limits: &Limits) -> Vec<(libc::__rlimit_resource_t, u64)> {
@@ -428,17 +447,9 @@ impl ChildSetup {
         let (hidden, unshare_net) = if s.network == NetworkMode::On {
             (Vec::new(), false)
         } else {
-            let mut seen = Vec::new();
-            for h in HIDDEN_WITHOUT_NETWORK {
-                if let Ok(c) = std::fs::canonicalize(h)
-                    && c.is_dir()
-                    && !seen.contains(&c)
-                {
-                    seen.push(c);
-                }
-            }
             (
-                seen.iter()
+                hidden_dirs()
+                    .iter()
                     .map(|p| cstring(p))
                     .collect::<Result<Vec<_>>>()?,
                 true,
@@ -469,10 +480,12 @@ impl ChildSetup {
                 seccomp: Some(s.seccomp),
                 err_pipe: err_write,
                 limits_only: false,
+                cgroup_procs: None,
             },
             ParentSide {
                 err_pipe: err_read,
                 proxy_sock: proxy_parent,
+                cgroup: None,
             },
         ))
     }
@@ -493,12 +506,19 @@ impl ChildSetup {
                 seccomp: None,
                 err_pipe: err_write,
                 limits_only: true,
+                cgroup_procs: None,
             },
             ParentSide {
                 err_pipe: err_read,
                 proxy_sock: None,
+                cgroup: None,
             },
         ))
+    }
+
+    /// Join this pids cgroup first thing in the child.
+    pub(crate) fn join_cgroup(&mut self, procs: CString) {
+        self.cgroup_procs = Some(procs);
     }
 
     /// Runs in the forked child, before `exec`. Only async-signal-safe system calls: no
@@ -517,6 +537,9 @@ impl ChildSetup {
             let check = |r: libc::c_int, step: u8| -> std::io::Result<()> {
                 if r == 0 { Ok(()) } else { Err(fail(step)) }
             };
+            if let Some(procs) = &self.cgroup_procs {
+                check(write_file(procs, b"0"), 13)?;
+            }
             if !self.limits_only {
                 let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
                 if self.unshare_net {
@@ -800,7 +823,6 @@ pub(crate) fn bwrap_args(
     network: NetworkMode,
 ) -> Vec<std::ffi::OsString> {
     let mut a: Vec<std::ffi::OsString> = Vec::new();
-    let mut push = |s: &str| a.push(s.into());
     for f in [
         "--die-with-parent",
         "--unshare-user",
@@ -818,15 +840,13 @@ pub(crate) fn bwrap_args(
         "--proc",
         "/proc",
     ] {
-        push(f);
+        a.push(f.into());
     }
     if network != NetworkMode::On {
-        push("--unshare-net");
-        for h in HIDDEN_WITHOUT_NETWORK {
-            if Path::new(h).is_dir() {
-                push("--tmpfs");
-                push(h);
-            }
+        a.push("--unshare-net".into());
+        for h in hidden_dirs() {
+            a.push("--tmpfs".into());
+            a.push(h.into());
         }
     }
     let mut bind = |flag: &str, p: &Path| {

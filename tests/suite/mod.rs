@@ -3,4 +3,5 @@
 mod audit;
 mod config;
 mod exec;
+mod model;
 mod workspace;

@@ -1,0 +1,175 @@
+//! A pids cgroup per command: the process limit that binds for root.
+//!
+//! `RLIMIT_NPROC` is not enforced for a process whose kernel uid is 0, even inside a user
+//! namespace that maps it, so when the agent runs as root a fork bomb would only stop at the
+//! machine's pid limit. Each command then gets its own cgroup with `pids.max`, joined by the
+//! child before anything else; the cgroup also names every process the command left behind
+//! (including ones that called `setsid`), so cleanup kills exactly those.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Where per-command cgroups are made.
+#[derive(Debug, Clone)]
+pub(crate) struct CgroupBase {
+    dir: PathBuf,
+    v2: bool,
+    counter: std::sync::Arc<AtomicU64>,
+}
+
+/// One command's cgroup; removed on drop once empty.
+#[derive(Debug)]
+pub(crate) struct Cgroup {
+    dir: PathBuf,
+    v2: bool,
+    /// `cgroup.procs`, as the child writes it.
+    pub(crate) procs: CString,
+}
+
+impl CgroupBase {
+    /// A writable hierarchy with the pids controller, if this process can use one (as root:
+    /// the cgroup v2 root, or the v1 `pids` hierarchy).
+    pub(crate) fn find() -> Option<Self> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mut v1 = None;
+        let mut v2 = None;
+        for line in mountinfo.lines() {
+            let (left, right) = line.split_once(" - ")?;
+            let mountpoint = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?;
+            let _source = r.next();
+            let opts = r.next().unwrap_or_default();
+            if fstype == "cgroup2" && v2.is_none() {
+                v2 = Some(PathBuf::from(mountpoint));
+            } else if fstype == "cgroup" && opts.split(',').any(|o| o == "pids") {
+                v1 = Some(PathBuf::from(mountpoint));
+            }
+        }
+        if let Some(root) = v2 {
+            let controllers =
+                std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+            if controllers.split_whitespace().any(|c| c == "pids") {
+                let sub = root.join("cgroup.subtree_control");
+                let enabled = std::fs::read_to_string(&sub)
+                    .is_ok_and(|s| s.split_whitespace().any(|c| c == "pids"))
+                    || std::fs::write(&sub, "+pids").is_ok();
+                if enabled && let Some(b) = Self::make(root.join("git-agent"), true) {
+                    return Some(b);
+                }
+            }
+        }
+        Self::make(v1?.join("git-agent"), false)
+    }
+
+    fn make(dir: PathBuf, v2: bool) -> Option<Self> {
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // Leftovers of earlier runs whose processes were reaped late: remove the
+                // empty ones (a busy one refuses and stays).
+                for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    if e.file_name().to_string_lossy().starts_with("cmd-") {
+                        let _ = std::fs::remove_dir(e.path());
+                    }
+                }
+            }
+            Err(_) => return None,
+        }
+        if v2 {
+            // Children of our directory need the controller enabled here too.
+            let sub = dir.join("cgroup.subtree_control");
+            let ok = std::fs::read_to_string(&sub)
+                .is_ok_and(|s| s.split_whitespace().any(|c| c == "pids"))
+                || std::fs::write(&sub, "+pids").is_ok();
+            if !ok {
+                return None;
+            }
+        }
+        Some(Self {
+            dir,
+            v2,
+            counter: std::sync::Arc::default(),
+        })
+    }
+
+    /// A fresh cgroup limited to `max_pids` processes and threads.
+    pub(crate) fn create(&self, max_pids: u64) -> std::io::Result<Cgroup> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        // Several executors may share a process: the random part keeps their names apart.
+        let dir = self.dir.join(format!(
+            "cmd-{}-{n}-{:016x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir(&dir)?;
+        let cg = Cgroup {
+            procs: CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+                .map_err(std::io::Error::other)?,
+            dir,
+            v2: self.v2,
+        };
+        std::fs::write(cg.dir.join("pids.max"), max_pids.to_string())?;
+        Ok(cg)
+    }
+}
+
+impl Cgroup {
+    /// Processes still in the cgroup.
+    fn members(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// SIGKILL everything in the cgroup until it is empty (bounded).
+    pub(crate) async fn kill_all(&self) {
+        if self.v2 {
+            let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        }
+        for _ in 0..400 {
+            let members = self.members();
+            if members.is_empty() {
+                return;
+            }
+            for pid in members {
+                // SAFETY: plain signal to a pid.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tracing::warn!(cgroup = %self.dir.display(), "cgroup still has processes after SIGKILL");
+    }
+
+    /// Wait (bounded) until the killed processes are reaped, so the cgroup can be removed.
+    pub(crate) async fn drained(&self) {
+        for _ in 0..200 {
+            let current = std::fs::read_to_string(self.dir.join("pids.current"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            if current.is_none_or(|c| c == 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if std::fs::remove_dir(&self.dir).is_err() {
+            tracing::debug!(cgroup = %self.dir.display(), "cgroup not removed (still busy)");
+        }
+    }
+}
+
+/// Whether this process runs with kernel uid 0 (where `RLIMIT_NPROC` is not enforced).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
