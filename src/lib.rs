@@ -7,4 +7,6 @@
 
 pub mod cli;
 pub mod config;
+pub mod policy;
+pub mod tools;
 pub mod workspace;
