@@ -42,10 +42,13 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each value came from.
     Config(config_cmd::Args),
+    /// Print the effective permission policy; `--explain` says where each rule came from.
+    Policy(policy_cmd::Args),
 }
 
 mod config_cmd;
 pub mod context;
+mod policy_cmd;
 
 /// Parse the command line, run it and map the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -60,6 +63,7 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log);
     let result = match cli.command {
         Command::Config(args) => config_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
