@@ -10,6 +10,8 @@ pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod model;
+pub mod policy;
 pub mod run;
 pub mod task;
+pub mod tools;
 pub mod workspace;

@@ -51,11 +51,14 @@ pub enum Command {
     /// Audit-log tools.
     #[command(subcommand)]
     Audit(runs_cmd::AuditCommand),
+    /// Print the effective permission policy; `--explain` says where each rule came from.
+    Policy(policy_cmd::Args),
 }
 
 mod config_cmd;
 mod runs_cmd;
 pub mod context;
+mod policy_cmd;
 
 /// Parse the command line, run it and map the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -74,6 +77,7 @@ pub fn main() -> ExitCode {
         Command::Show(args) => runs_cmd::show(args),
         Command::Log(args) => runs_cmd::log(args),
         Command::Audit(cmd) => runs_cmd::audit(cmd),
+        Command::Policy(args) => policy_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

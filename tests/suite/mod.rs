@@ -4,4 +4,5 @@ mod audit;
 mod config;
 mod exec;
 mod model;
+mod tools;
 mod workspace;

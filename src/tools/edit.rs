@@ -1,0 +1,1121 @@
+//! The edit engine behind `edit_file`: search/replace that forgives what models get wrong and
+//! never applies an edit in the wrong place.
+//!
+//! The order of attempts is fixed: the exact text; the exact text with the file's line endings;
+//! then line-based matching at growing tolerance — trailing whitespace, indentation shifted
+//! uniformly (or tabs vs spaces), whitespace inside lines, a missing or extra blank line, and
+//! finally a small typo. The first level that finds anything decides: one candidate is applied,
+//! more than one is refused with their line numbers. A fuzzy (typo) candidate is applied only
+//! when no other place in the file comes close. When nothing matches, the refusal shows the
+//! closest region with line numbers so the model can copy the real text.
+//!
+//! The engine is pure (bytes in, bytes out); the caller writes the result. It keeps the file's
+//! line endings, its final newline (or lack of one) and a UTF-8 byte-order mark, and refuses a
+//! file that is not UTF-8 rather than risk corrupting it.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// How the old text was found in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchKind {
+    /// Byte-for-byte.
+    Exact,
+    /// Exact once the old text uses the file's line endings (CRLF files).
+    LineEndings,
+    /// Lines equal but for trailing whitespace.
+    TrailingWhitespace,
+    /// Lines equal but for a uniform indentation shift or tabs vs spaces; the new text was
+    /// re-indented to the file's real indentation.
+    Indentation,
+    /// Lines equal once runs of whitespace inside them are collapsed.
+    Whitespace,
+    /// Lines equal once blank lines are ignored (a blank line missing or extra).
+    BlankLines,
+    /// One line differs by a small typo; no other place in the file comes close.
+    Typo,
+}
+
+/// An edit that was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The whole new file content.
+    pub content: Vec<u8>,
+    /// How the old text was found.
+    pub kind: MatchKind,
+    /// First line (1-based) of the replaced region in the old file.
+    pub start_line: usize,
+    /// Lines of the old file that were replaced.
+    pub old_lines: usize,
+    /// Lines of new text written in their place.
+    pub new_lines: usize,
+}
+
+/// Why an edit was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// The file is not valid UTF-8.
+    NotUtf8,
+    /// `old_text` is empty.
+    EmptyOldText,
+    /// `old_text` and `new_text` are the same.
+    NoChange,
+    /// The old text matches more than one place.
+    Ambiguous {
+        /// First line (1-based) of each candidate.
+        lines: Vec<usize>,
+    },
+    /// The old text is not in the file.
+    NotFound {
+        /// First line (1-based) of the closest region, if any region is close at all.
+        closest: Option<usize>,
+    },
+}
+
+/// An edit that was not applied, with a message the model can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The machine-readable reason.
+    #[serde(flatten)]
+    pub reason: RefusalReason,
+    /// What to tell the model.
+    pub message: String,
+}
+
+/// Longest line shown in a refusal.
+const SHOW_LINE_CHARS: usize = 200;
+/// Total edit distance a typo may have.
+const TYPO_BUDGET: usize = 2;
+/// A typo is applied only when every other window is at least this much further away.
+const TYPO_MARGIN: usize = 3;
+
+/// Apply `old_text` → `new_text` to `file`.
+pub fn apply_edit(file: &[u8], old_text: &str, new_text: &str) -> Result<Applied, Refusal> {
+    if old_text.is_empty() {
+        return Err(refusal(
+            RefusalReason::EmptyOldText,
+            "old_text is empty; give the exact lines to replace (with a few lines of context), or use write_file to write a whole file".into(),
+        ));
+    }
+    if old_text == new_text {
+        return Err(refusal(
+            RefusalReason::NoChange,
+            "old_text and new_text are identical; nothing to change".into(),
+        ));
+    }
+    let (bom, body) = match file.strip_prefix(b"\xEF\xBB\xBF") {
+        Some(rest) => (true, rest),
+        None => (false, file),
+    };
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Err(refusal(
+            RefusalReason::NotUtf8,
+            "the file is not valid UTF-8; edit_file refuses to change it so it cannot be corrupted (use write_file only if you mean to replace it entirely)".into(),
+        ));
+    };
+    let eol = dominant_eol(text);
+    let mut applied = find_and_apply(text, old_text, new_text, eol)?;
+    if bom {
+        let mut with_bom = b"\xEF\xBB\xBF".to_vec();
+        with_bom.extend_from_slice(&applied.content);
+        applied.content = with_bom;
+    }
+    Ok(applied)
+}
+
+fn refusal(reason: RefusalReason, message: String) -> Refusal {
+    Refusal { reason, message }
+}
+
+fn dominant_eol(text: &str) -> &'static str {
+    let crlf = text.matches("\r\n").count();
+    let lf = text.matches('\n').count() - crlf;
+    if crlf > lf { "\r\n" } else { "\n" }
+}
+
+fn to_eol(s: &str, eol: &str) -> String {
+    let lf = s.replace("\r\n", "\n");
+    if eol == "\n" {
+        lf
+    } else {
+        lf.replace('\n', eol)
+    }
+}
+
+fn line_of(text: &str, byte: usize) -> usize {
+    text.as_bytes()[..byte]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Start offsets of every (possibly overlapping) occurrence.
+fn occurrences(text: &str, needle: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = text[from..].find(needle) {
+        out.push(from + i);
+        // Step one character so overlapping occurrences count too.
+        let step = text[from + i..].chars().next().map_or(1, char::len_utf8);
+        from += i + step;
+        if from > text.len() {
+            break;
+        }
+    }
+    out
+}
+
+fn find_and_apply(text: &str, old: &str, new: &str, eol: &str) -> Result<Applied, Refusal> {
+    // 1. Exact, then exact with the file's line endings.
+    let mut tried = vec![(old.to_string(), MatchKind::Exact)];
+    let converted = to_eol(old, eol);
+    if converted != old {
+        tried.push((converted, MatchKind::LineEndings));
+    }
+    for (needle, kind) in tried {
+        let found = occurrences(text, &needle);
+        match found.len() {
+            0 => continue,
+            1 => {
+                let at = found[0];
+                let replacement = to_eol(new, eol);
+                let mut content = String::with_capacity(text.len() + replacement.len());
+                content.push_str(&text[..at]);
+                content.push_str(&replacement);
+                content.push_str(&text[at + needle.len()..]);
+                return Ok(Applied {
+                    content: content.into_bytes(),
+                    kind,
+                    start_line: line_of(text, at),
+                    old_lines: count_lines(&needle),
+                    new_lines: count_lines(&replacement),
+                });
+            }
+            _ => {
+                let lines: Vec<usize> = found.iter().map(|&b| line_of(text, b)).collect();
+                return Err(ambiguous(lines));
+            }
+        }
+    }
+    // 2. Line-based tolerant matching.
+    let file = FileLines::new(text);
+    let old_l = split_lines(old);
+    let new_l = split_lines(new);
+    if old_l.lines.iter().all(|l| l.trim().is_empty()) {
+        return Err(refusal(
+            RefusalReason::NotFound { closest: None },
+            "old_text is only whitespace and is not in the file exactly; give the lines around the place to change".into(),
+        ));
+    }
+    for level in LEVELS {
+        let cands = find_candidates(&file, &old_l.lines, *level);
+        match cands.len() {
+            0 => continue,
+            1 => {
+                let c = &cands[0];
+                return Ok(apply_candidate(
+                    text, &file, &old_l, &new_l, c, level.kind, eol,
+                ));
+            }
+            _ => return Err(ambiguous(cands.iter().map(|c| c.start + 1).collect())),
+        }
+    }
+    // 3. A small typo, only when clearly the one place meant.
+    match typo_candidate(&file, &old_l.lines) {
+        Typo::One(c) => {
+            return Ok(apply_candidate(
+                text,
+                &file,
+                &old_l,
+                &new_l,
+                &c,
+                MatchKind::Typo,
+                eol,
+            ));
+        }
+        Typo::Ambiguous(lines) => return Err(ambiguous(lines)),
+        Typo::None => {}
+    }
+    Err(not_found(&file, &old_l.lines))
+}
+
+fn count_lines(s: &str) -> usize {
+    if s.is_empty() {
+        0
+    } else {
+        s.matches('\n').count() + usize::from(!s.ends_with('\n'))
+    }
+}
+
+fn ambiguous(mut lines: Vec<usize>) -> Refusal {
+    lines.dedup();
+    let shown: Vec<String> = lines.iter().take(20).map(|l| l.to_string()).collect();
+    let more = if lines.len() > 20 {
+        format!(" and {} more", lines.len() - 20)
+    } else {
+        String::new()
+    };
+    refusal(
+        RefusalReason::Ambiguous {
+            lines: lines.clone(),
+        },
+        format!(
+            "old_text matches {} places (starting at lines {}{more}); nothing was changed. Include more surrounding lines in old_text so it matches exactly one place.",
+            lines.len(),
+            shown.join(", ")
+        ),
+    )
+}
+
+/// The file split into lines, each with its byte range (terminator included).
+struct FileLines<'a> {
+    lines: Vec<&'a str>,
+    starts: Vec<usize>,
+    ends: Vec<usize>,
+    has_term: Vec<bool>,
+}
+
+impl<'a> FileLines<'a> {
+    fn new(text: &'a str) -> Self {
+        let mut lines = Vec::new();
+        let mut starts = Vec::new();
+        let mut ends = Vec::new();
+        let mut has_term = Vec::new();
+        let mut pos = 0;
+        while pos < text.len() {
+            let (content_end, next) = match text[pos..].find('\n') {
+                Some(i) => (pos + i, pos + i + 1),
+                None => (text.len(), text.len()),
+            };
+            let content = &text[pos..content_end];
+            lines.push(content.strip_suffix('\r').unwrap_or(content));
+            starts.push(pos);
+            ends.push(next);
+            has_term.push(next > content_end);
+            pos = next;
+        }
+        Self {
+            lines,
+            starts,
+            ends,
+            has_term,
+        }
+    }
+}
+
+/// The model's text as lines, with whether it ended in a newline.
+struct TextLines {
+    lines: Vec<String>,
+    final_newline: bool,
+}
+
+fn split_lines(s: &str) -> TextLines {
+    let norm = s.replace("\r\n", "\n");
+    let final_newline = norm.ends_with('\n');
+    let body = norm.strip_suffix('\n').unwrap_or(&norm);
+    let lines = if norm.is_empty() {
+        Vec::new()
+    } else {
+        body.split('\n').map(str::to_string).collect()
+    };
+    TextLines {
+        lines,
+        final_newline,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Norm {
+    /// Trailing whitespace ignored.
+    TrimEnd,
+    /// Leading and trailing whitespace ignored; indentation must shift uniformly.
+    Trim,
+    /// All whitespace runs collapsed; indentation must shift uniformly.
+    Collapse,
+}
+
+#[derive(Clone, Copy)]
+struct Level {
+    norm: Norm,
+    skip_blanks: bool,
+    kind: MatchKind,
+}
+
+const LEVELS: &[Level] = &[
+    Level {
+        norm: Norm::TrimEnd,
+        skip_blanks: false,
+        kind: MatchKind::TrailingWhitespace,
+    },
+    Level {
+        norm: Norm::Trim,
+        skip_blanks: false,
+        kind: MatchKind::Indentation,
+    },
+    Level {
+        norm: Norm::Collapse,
+        skip_blanks: false,
+        kind: MatchKind::Whitespace,
+    },
+    Level {
+        norm: Norm::Collapse,
+        skip_blanks: true,
+        kind: MatchKind::BlankLines,
+    },
+];
+
+fn normalize(line: &str, norm: Norm) -> String {
+    match norm {
+        Norm::TrimEnd => line.trim_end().to_string(),
+        Norm::Trim => line.trim().to_string(),
+        Norm::Collapse => line.split_whitespace().collect::<Vec<_>>().join(" "),
+    }
+}
+
+/// A place in the file the old text matches.
+#[derive(Debug, Clone)]
+struct Candidate {
+    /// First file line (0-based) of the region.
+    start: usize,
+    /// One past the last file line of the region.
+    end: usize,
+    /// (old line, file line) pairs of matched non-blank lines.
+    pairs: Vec<(usize, usize)>,
+    /// How new lines are re-indented.
+    indent: IndentMap,
+}
+
+/// How indentation of the old text maps to the file's.
+#[derive(Debug, Clone, PartialEq)]
+enum IndentMap {
+    Same,
+    /// The file has this prefix on top of the old text's indentation.
+    Add(String),
+    /// The old text has this prefix on top of the file's indentation.
+    Remove(String),
+    /// Indentation differs in characters (tabs vs spaces): widths shift by `delta`.
+    Width {
+        tab: usize,
+        delta: isize,
+        tabs: bool,
+    },
+}
+
+fn leading(s: &str) -> &str {
+    &s[..s.len() - s.trim_start().len()]
+}
+
+fn width(ws: &str, tab: usize) -> usize {
+    ws.chars().fold(0, |w, c| {
+        if c == '\t' {
+            (w / tab + 1) * tab
+        } else {
+            w + 1
+        }
+    })
+}
+
+fn indent_map(file: &FileLines, old: &[String], pairs: &[(usize, usize)]) -> Option<IndentMap> {
+    let ws: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|&(o, f)| (leading(file.lines[f]), leading(&old[o])))
+        .collect();
+    if ws.iter().all(|(f, o)| f == o) {
+        return Some(IndentMap::Same);
+    }
+    let (f0, o0) = ws.first()?;
+    if let Some(p) = f0.strip_suffix(o0)
+        && ws
+            .iter()
+            .all(|(f, o)| f.len() >= o.len() && f.strip_suffix(o) == Some(p))
+    {
+        return Some(IndentMap::Add(p.to_string()));
+    }
+    if let Some(p) = o0.strip_suffix(f0)
+        && ws
+            .iter()
+            .all(|(f, o)| o.len() >= f.len() && o.strip_suffix(f) == Some(p))
+    {
+        return Some(IndentMap::Remove(p.to_string()));
+    }
+    let tabs = ws.iter().any(|(f, _)| f.contains('\t'));
+    for tab in [4usize, 8, 2] {
+        let d0 = width(f0, tab) as isize - width(o0, tab) as isize;
+        if ws
+            .iter()
+            .all(|(f, o)| width(f, tab) as isize - width(o, tab) as isize == d0)
+        {
+            return Some(IndentMap::Width {
+                tab,
+                delta: d0,
+                tabs,
+            });
+        }
+    }
+    None
+}
+
+fn nonblank(lines: &[String]) -> Vec<usize> {
+    (0..lines.len())
+        .filter(|&i| !lines[i].trim().is_empty())
+        .collect()
+}
+
+fn find_candidates(file: &FileLines, old: &[String], level: Level) -> Vec<Candidate> {
+    let fkeys: Vec<String> = file
+        .lines
+        .iter()
+        .map(|l| normalize(l, level.norm))
+        .collect();
+    let okeys: Vec<String> = old.iter().map(|l| normalize(l, level.norm)).collect();
+    let mut out = Vec::new();
+    if !level.skip_blanks {
+        let m = old.len();
+        if m == 0 || m > file.lines.len() {
+            return out;
+        }
+        for s in 0..=file.lines.len() - m {
+            if (0..m).all(|i| fkeys[s + i] == okeys[i]) {
+                let pairs: Vec<(usize, usize)> = (0..m)
+                    .filter(|&i| !old[i].trim().is_empty())
+                    .map(|i| (i, s + i))
+                    .collect();
+                let indent = match level.norm {
+                    Norm::TrimEnd => Some(IndentMap::Same),
+                    _ => indent_map(file, old, &pairs),
+                };
+                if let Some(indent) = indent {
+                    out.push(Candidate {
+                        start: s,
+                        end: s + m,
+                        pairs,
+                        indent,
+                    });
+                }
+            }
+        }
+        return out;
+    }
+    let on = nonblank(old);
+    let fnb: Vec<usize> = (0..file.lines.len())
+        .filter(|&i| !file.lines[i].trim().is_empty())
+        .collect();
+    if on.is_empty() || on.len() > fnb.len() {
+        return out;
+    }
+    for k in 0..=fnb.len() - on.len() {
+        if (0..on.len()).all(|i| fkeys[fnb[k + i]] == okeys[on[i]]) {
+            let pairs: Vec<(usize, usize)> = (0..on.len()).map(|i| (on[i], fnb[k + i])).collect();
+            let Some(indent) = indent_map(file, old, &pairs) else {
+                continue;
+            };
+            let (start, end) = extend_blanks(file, old, &on, fnb[k], fnb[k + on.len() - 1] + 1);
+            out.push(Candidate {
+                start,
+                end,
+                pairs,
+                indent,
+            });
+        }
+    }
+    out
+}
+
+/// Grow a region over the blank lines the old text had before its first and after its last
+/// non-blank line, as far as the file has blank lines there.
+fn extend_blanks(
+    file: &FileLines,
+    old: &[String],
+    on: &[usize],
+    mut start: usize,
+    mut end: usize,
+) -> (usize, usize) {
+    let lead = on.first().copied().unwrap_or(0);
+    let trail = old.len() - 1 - on.last().copied().unwrap_or(0);
+    for _ in 0..lead {
+        if start > 0 && file.lines[start - 1].trim().is_empty() {
+            start -= 1;
+        }
+    }
+    for _ in 0..trail {
+        if end < file.lines.len() && file.lines[end].trim().is_empty() {
+            end += 1;
+        }
+    }
+    (start, end)
+}
+
+enum Typo {
+    None,
+    One(Candidate),
+    Ambiguous(Vec<usize>),
+}
+
+/// Windows of the file (same non-blank lines as the old text, blank lines ignored) whose
+/// lines all match but for a small total edit distance.
+fn typo_candidate(file: &FileLines, old: &[String]) -> Typo {
+    let on = nonblank(old);
+    // Enough lines that match exactly to anchor the place; a typo in a one- or two-line
+    // snippet is indistinguishable from different code.
+    if on.len() < 3 {
+        return Typo::None;
+    }
+    let fnb: Vec<usize> = (0..file.lines.len())
+        .filter(|&i| !file.lines[i].trim().is_empty())
+        .collect();
+    if on.len() > fnb.len() {
+        return Typo::None;
+    }
+    let fkeys: Vec<String> = file
+        .lines
+        .iter()
+        .map(|l| normalize(l, Norm::Collapse))
+        .collect();
+    let okeys: Vec<String> = old.iter().map(|l| normalize(l, Norm::Collapse)).collect();
+    let limit = TYPO_BUDGET + TYPO_MARGIN;
+    // (distance, start index in fnb)
+    let mut near: Vec<(usize, usize, bool)> = Vec::new();
+    for k in 0..=fnb.len() - on.len() {
+        let mut dist = 0;
+        let mut differing = 0;
+        let mut acceptable = true;
+        for i in 0..on.len() {
+            let f = &fkeys[fnb[k + i]];
+            let o = &okeys[on[i]];
+            if f == o {
+                continue;
+            }
+            differing += 1;
+            if differing > 2 {
+                dist = limit + 1;
+                break;
+            }
+            match bounded_levenshtein(f, o, limit - dist) {
+                Some(d) => {
+                    dist += d;
+                    if !typo_like(f, o) {
+                        acceptable = false;
+                    }
+                }
+                None => {
+                    dist = limit + 1;
+                    break;
+                }
+            }
+        }
+        if dist <= limit {
+            let ok = acceptable && differing == 1 && dist <= TYPO_BUDGET;
+            near.push((dist, k, ok));
+        }
+    }
+    let Some(&(best, k, ok)) = near.iter().min_by_key(|n| n.0) else {
+        return Typo::None;
+    };
+    let rivals: Vec<&(usize, usize, bool)> = near
+        .iter()
+        .filter(|n| n.1 != k && n.0 < best + TYPO_MARGIN)
+        .collect();
+    if !rivals.is_empty() {
+        if best <= TYPO_BUDGET {
+            let mut lines: Vec<usize> = std::iter::once(k)
+                .chain(rivals.iter().map(|r| r.1))
+                .map(|k| fnb[k] + 1)
+                .collect();
+            lines.sort_unstable();
+            return Typo::Ambiguous(lines);
+        }
+        return Typo::None;
+    }
+    if !ok {
+        return Typo::None;
+    }
+    let pairs: Vec<(usize, usize)> = (0..on.len()).map(|i| (on[i], fnb[k + i])).collect();
+    let Some(indent) = indent_map(file, old, &pairs) else {
+        return Typo::None;
+    };
+    let (start, end) = extend_blanks(file, old, &on, fnb[k], fnb[k + on.len() - 1] + 1);
+    // Blank lines inside the region must correspond one to one, or this is not a typo.
+    if end - start != old.len() {
+        return Typo::None;
+    }
+    Typo::One(Candidate {
+        start,
+        end,
+        pairs,
+        indent,
+    })
+}
+
+/// Whether the difference between two lines looks like a slip of letters, not different code:
+/// the line is long enough to be recognisable and no digit or symbol differs.
+fn typo_like(f: &str, o: &str) -> bool {
+    if f.chars().count() < 12 {
+        return false;
+    }
+    let prefix = f.chars().zip(o.chars()).take_while(|(a, b)| a == b).count();
+    let suffix = f
+        .chars()
+        .rev()
+        .zip(o.chars().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let fd: String = f
+        .chars()
+        .skip(prefix)
+        .take(f.chars().count().saturating_sub(prefix + suffix))
+        .collect();
+    let od: String = o
+        .chars()
+        .skip(prefix)
+        .take(o.chars().count().saturating_sub(prefix + suffix))
+        .collect();
+    fd.chars().chain(od.chars()).all(char::is_alphabetic)
+}
+
+/// Levenshtein distance over chars, or `None` when it exceeds `max`.
+fn bounded_levenshtein(a: &str, b: &str, max: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        let mut row_min = cur[0];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+            row_min = row_min.min(cur[j]);
+        }
+        if row_min > max {
+            return None;
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    let d = prev[b.len()];
+    (d <= max).then_some(d)
+}
+
+/// Inline whitespace conversion seen between the old text and the file.
+#[derive(Clone, Copy, PartialEq)]
+enum Inline {
+    Keep,
+    SpacesToTabs,
+    TabsToSpaces,
+}
+
+fn inline_map(file: &FileLines, old: &[String], pairs: &[(usize, usize)]) -> Inline {
+    for &(o, f) in pairs {
+        let fr = file.lines[f].trim();
+        let or = old[o].trim();
+        if fr == or {
+            continue;
+        }
+        if fr.contains('\t') && or.replace("    ", "\t") == fr {
+            return Inline::SpacesToTabs;
+        }
+        if or.contains('\t') && or.replace('\t', "    ") == fr {
+            return Inline::TabsToSpaces;
+        }
+    }
+    Inline::Keep
+}
+
+fn reindent(line: &str, map: &IndentMap, inline: Inline) -> String {
+    if line.trim().is_empty() {
+        return line.to_string();
+    }
+    let ws = leading(line);
+    let rest = &line[ws.len()..];
+    let rest = match inline {
+        Inline::Keep => rest.to_string(),
+        Inline::SpacesToTabs => rest.replace("    ", "\t"),
+        Inline::TabsToSpaces => rest.replace('\t', "    "),
+    };
+    let ws = match map {
+        IndentMap::Same => ws.to_string(),
+        IndentMap::Add(p) => format!("{p}{ws}"),
+        IndentMap::Remove(p) => match ws.strip_prefix(p.as_str()) {
+            Some(r) => r.to_string(),
+            None => String::new(),
+        },
+        IndentMap::Width { tab, delta, tabs } => {
+            let w = (width(ws, *tab) as isize + delta).max(0) as usize;
+            if *tabs {
+                format!("{}{}", "\t".repeat(w / tab), " ".repeat(w % tab))
+            } else {
+                " ".repeat(w)
+            }
+        }
+    };
+    format!("{ws}{rest}")
+}
+
+fn apply_candidate(
+    text: &str,
+    file: &FileLines,
+    old: &TextLines,
+    new: &TextLines,
+    c: &Candidate,
+    kind: MatchKind,
+    eol: &str,
+) -> Applied {
+    let inline = inline_map(file, &old.lines, &c.pairs);
+    let kind = if kind != MatchKind::Typo && c.indent != IndentMap::Same {
+        MatchKind::Indentation
+    } else {
+        kind
+    };
+    // A new line identical to an old line the model meant to keep becomes that line as the
+    // file has it, so context survives exactly whatever the model got wrong about it.
+    let mut cursor = 0;
+    let mut out_lines: Vec<String> = Vec::with_capacity(new.lines.len());
+    for nl in &new.lines {
+        let same = c
+            .pairs
+            .iter()
+            .skip(cursor)
+            .position(|&(o, _)| old.lines[o] == *nl)
+            .map(|p| p + cursor);
+        match same {
+            Some(p) if !nl.trim().is_empty() => {
+                out_lines.push(file.lines[c.pairs[p].1].to_string());
+                cursor = p + 1;
+            }
+            _ => out_lines.push(reindent(nl, &c.indent, inline)),
+        }
+    }
+    let region_start = file.starts[c.start];
+    let region_end = file.ends[c.end - 1];
+    let last_has_term = file.has_term[c.end - 1];
+    let mut replacement = out_lines.join(eol);
+    if !out_lines.is_empty()
+        && last_has_term
+        && (new.final_newline || !old.final_newline || c.end < file.lines.len())
+    {
+        replacement.push_str(eol);
+    }
+    let mut content = String::with_capacity(text.len() + replacement.len());
+    content.push_str(&text[..region_start]);
+    content.push_str(&replacement);
+    content.push_str(&text[region_end..]);
+    Applied {
+        content: content.into_bytes(),
+        kind,
+        start_line: c.start + 1,
+        old_lines: c.end - c.start,
+        new_lines: out_lines.len(),
+    }
+}
+
+/// Character-bigram similarity of two lines, 0.0..=1.0.
+fn similarity(a: &str, b: &str) -> f64 {
+    let a = a.trim();
+    let b = b.trim();
+    if a == b {
+        return 1.0;
+    }
+    if a.len() < 2 || b.len() < 2 {
+        return 0.0;
+    }
+    let grams = |s: &str| -> Vec<(char, char)> {
+        let c: Vec<char> = s.chars().collect();
+        let mut g: Vec<(char, char)> = c.windows(2).map(|w| (w[0], w[1])).collect();
+        g.sort_unstable();
+        g
+    };
+    let (ga, gb) = (grams(a), grams(b));
+    let (mut i, mut j, mut common) = (0, 0, 0);
+    while i < ga.len() && j < gb.len() {
+        match ga[i].cmp(&gb[j]) {
+            std::cmp::Ordering::Equal => {
+                common += 1;
+                i += 1;
+                j += 1;
+            }
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+        }
+    }
+    2.0 * common as f64 / (ga.len() + gb.len()) as f64
+}
+
+fn not_found(file: &FileLines, old: &[String]) -> Refusal {
+    let on = nonblank(old);
+    let m = old.len().max(1);
+    let mut best: Option<(f64, usize)> = None;
+    if !file.lines.is_empty() && !on.is_empty() {
+        // Only windows whose first lines resemble the old text are scored in full.
+        let first = &old[on[0]];
+        for s in 0..file.lines.len() {
+            let quick = similarity(file.lines[s], first);
+            if quick < 0.3 && on.len() > 1 {
+                continue;
+            }
+            let mut score = 0.0;
+            for &o in &on {
+                let f = s + o - on[0];
+                if f < file.lines.len() {
+                    score += similarity(file.lines[f], &old[o]);
+                }
+            }
+            let score = score / on.len() as f64;
+            if best.is_none_or(|(b, _)| score > b) {
+                best = Some((score, s));
+            }
+        }
+    }
+    let mut msg = String::from("old_text was not found in the file; nothing was changed.");
+    let closest = match best {
+        Some((score, s)) if score >= 0.4 => {
+            let from = s.saturating_sub(2);
+            let to = (s + m + 2).min(file.lines.len());
+            let _ = writeln!(
+                msg,
+                " The closest region is lines {}-{}; copy old_text from it exactly:",
+                s + 1,
+                (s + m).min(file.lines.len())
+            );
+            for (i, line) in file
+                .lines
+                .iter()
+                .enumerate()
+                .take(to.min(from + 40))
+                .skip(from)
+            {
+                let shown: String = line.chars().take(SHOW_LINE_CHARS).collect();
+                let _ = writeln!(msg, "{:>6}\t{shown}", i + 1);
+            }
+            Some(s + 1)
+        }
+        _ => {
+            msg.push_str(
+                " No region of the file resembles it; read the file again before editing.",
+            );
+            None
+        }
+    };
+    refusal(RefusalReason::NotFound { closest }, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(file: &str, old: &str, new: &str) -> Result<(String, MatchKind), Refusal> {
+        apply_edit(file.as_bytes(), old, new)
+            .map(|a| (String::from_utf8(a.content).unwrap(), a.kind))
+    }
+
+    const PY: &str =
+        "def f(x):\n    if x:\n        return 1\n    return 2\n\n\ndef g(y):\n    return y\n";
+
+    #[test]
+    fn exact_match_applies() {
+        let (out, kind) = apply(PY, "        return 1\n", "        return 10\n").unwrap();
+        assert_eq!(kind, MatchKind::Exact);
+        assert_eq!(out, PY.replace("return 1\n", "return 10\n"));
+    }
+
+    #[test]
+    fn trailing_whitespace_in_old_text_is_tolerated() {
+        let (out, kind) = apply(
+            PY,
+            "    if x:   \n        return 1  \n",
+            "    if x:\n        return 11\n",
+        )
+        .unwrap();
+        assert_eq!(kind, MatchKind::TrailingWhitespace);
+        assert_eq!(out, PY.replace("return 1\n", "return 11\n"));
+    }
+
+    #[test]
+    fn uniform_indentation_shift_is_reindented() {
+        // The model dropped one level of indentation from old and new alike.
+        let (out, kind) = apply(
+            PY,
+            "if x:\n    return 1\nreturn 2\n",
+            "if x:\n    log(x)\n    return 1\nreturn 2\n",
+        )
+        .unwrap();
+        assert_eq!(kind, MatchKind::Indentation);
+        assert_eq!(
+            out,
+            PY.replace("        return 1\n", "        log(x)\n        return 1\n")
+        );
+    }
+
+    #[test]
+    fn tabs_versus_spaces_is_tolerated_and_new_text_follows_the_file() {
+        let go = "func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\n";
+        let (out, kind) = apply(
+            go,
+            "    if x {\n        return 1\n    }\n",
+            "    if x {\n        y()\n        return 1\n    }\n",
+        )
+        .unwrap();
+        assert_eq!(kind, MatchKind::Indentation);
+        assert_eq!(out, "func f() {\n\tif x {\n\t\ty()\n\t\treturn 1\n\t}\n}\n");
+    }
+
+    #[test]
+    fn crlf_file_keeps_crlf() {
+        let file = "a\r\nb\r\nc\r\n";
+        let (out, kind) = apply(file, "a\nb\n", "a\nB\nB2\n").unwrap();
+        assert_eq!(kind, MatchKind::LineEndings);
+        assert_eq!(out, "a\r\nB\r\nB2\r\nc\r\n");
+    }
+
+    #[test]
+    fn missing_blank_line_is_tolerated() {
+        let (out, kind) = apply(
+            PY,
+            "    return 2\ndef g(y):\n    return y\n",
+            "    return 2\n\n\ndef g(y, z):\n    return y\n",
+        )
+        .unwrap();
+        assert_eq!(kind, MatchKind::BlankLines);
+        assert_eq!(out, PY.replace("def g(y):", "def g(y, z):"));
+    }
+
+    #[test]
+    fn extra_blank_line_is_tolerated() {
+        let file = "alpha()\nbeta()\ngamma()\ndelta()\n";
+        let (out, kind) = apply(file, "beta()\n\ngamma()\n", "beta()\ngamma2()\n").unwrap();
+        assert_eq!(kind, MatchKind::BlankLines);
+        assert_eq!(out, "alpha()\nbeta()\ngamma2()\ndelta()\n");
+    }
+
+    #[test]
+    fn small_typo_is_tolerated_when_unique() {
+        let file = "fn main() {\n    let configuration = load_settings();\n    run(configuration);\n    finish();\n}\n";
+        let (out, kind) = apply(
+            file,
+            "    let configuration = load_setings();\n    run(configuration);\n    finish();\n",
+            "    let configuration = load_settings();\n    run2(configuration);\n    finish();\n",
+        )
+        .unwrap();
+        assert_eq!(kind, MatchKind::Typo);
+        assert_eq!(out, file.replace("run(", "run2("));
+    }
+
+    #[test]
+    fn typo_in_a_digit_is_not_a_typo() {
+        let file = "alpha_value = compute(1)\nbeta_value = compute(2)\ngamma_value = compute(3)\n";
+        let err = apply(
+            file,
+            "alpha_value = compute(1)\nbeta_value = compute(7)\ngamma_value = compute(3)\n",
+            "x\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::NotFound { .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn ambiguous_exact_match_is_refused_with_line_numbers() {
+        let file = "x = 1\ny = 2\nx = 1\n";
+        let err = apply(file, "x = 1\n", "x = 3\n").unwrap_err();
+        assert_eq!(err.reason, RefusalReason::Ambiguous { lines: vec![1, 3] });
+        assert!(err.message.contains("lines 1, 3"), "{}", err.message);
+    }
+
+    #[test]
+    fn ambiguous_tolerant_match_is_refused() {
+        let file = "    a()\n    b()\nz\n        a()\n        b()\n";
+        let err = apply(file, "a()\nb()\n", "c()\n").unwrap_err();
+        assert_eq!(err.reason, RefusalReason::Ambiguous { lines: vec![1, 4] });
+    }
+
+    #[test]
+    fn typo_near_two_places_is_refused() {
+        let file = "first_function_call(alpha)\nsecond_function_call(beta)\nthird_function_call(gamma)\n\nfirst_function_call(alpha)\nsecond_function_call(beta)\nthird_function_call(gamme)\n";
+        let err = apply(
+            file,
+            "first_function_call(alpha)\nsecond_function_call(beta)\nthird_function_call(gammo)\n",
+            "x\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::Ambiguous { .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn invented_text_is_refused_showing_closest_region() {
+        let file = "def load(path):\n    data = read_bytes(path)\n    return parse(data)\n";
+        let err = apply(
+            file,
+            "def load(path):\n    data = read_bytes_v2(path)\n    return parse_v2(data)\n",
+            "x\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.reason, RefusalReason::NotFound { closest: Some(1) });
+        assert!(
+            err.message.contains("     2\t    data = read_bytes(path)"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn non_utf8_is_refused() {
+        let file = b"caf\xe9\nx = 1\n";
+        let err = apply_edit(file, "x = 1", "x = 2").unwrap_err();
+        assert_eq!(err.reason, RefusalReason::NotUtf8);
+    }
+
+    #[test]
+    fn bom_and_missing_final_newline_are_kept() {
+        let file = "\u{feff}a\nb\nc";
+        let out = apply_edit(file.as_bytes(), "b  \nc", "B\nC").unwrap();
+        assert_eq!(String::from_utf8(out.content).unwrap(), "\u{feff}a\nB\nC");
+        let out = apply_edit(b"a\nb\nc\n", "b  \n", "B\n").unwrap();
+        assert_eq!(out.content, b"a\nB\nc\n");
+    }
+
+    #[test]
+    fn empty_and_identical_texts_are_refused() {
+        assert_eq!(
+            apply(PY, "", "x").unwrap_err().reason,
+            RefusalReason::EmptyOldText
+        );
+        assert_eq!(
+            apply(PY, "def f", "def f").unwrap_err().reason,
+            RefusalReason::NoChange
+        );
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            /// An old text that occurs exactly once is always replaced exactly there.
+            #[test]
+            fn exact_unique_edit_always_applies(
+                lines in proptest::collection::vec("[a-z ]{0,12}", 1..30),
+                start in 0usize..30, len in 1usize..6, new in "[A-Z\n]{0,20}",
+            ) {
+                let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+                let start = start % lines.len();
+                let end = (start + len).min(lines.len());
+                let old: String = lines[start..end].iter().map(|l| format!("{l}\n")).collect();
+                prop_assume!(occurrences(&text, &old).len() == 1 && old != new);
+                let out = apply_edit(text.as_bytes(), &old, &new).unwrap();
+                prop_assert_eq!(out.kind, MatchKind::Exact);
+                prop_assert_eq!(String::from_utf8(out.content).unwrap(), text.replacen(&old, &new, 1));
+            }
+        }
+    }
+}
