@@ -9,4 +9,5 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod task;
+pub mod verify;
 pub mod workspace;

@@ -2,3 +2,4 @@
 
 mod audit;
 mod config;
+mod verify;
