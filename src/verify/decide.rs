@@ -403,6 +403,29 @@ mod tests {
     }
 
     #[test]
+    fn observe_prefers_junit_xml_when_it_names_more() {
+        // A real `mvn test` run: the console names only the failure, the report every test.
+        let cmd = TestCommand {
+            command: "mvn -B test".into(),
+            runner: crate::verify::Runner::Maven,
+            source: crate::verify::CommandSource::Config,
+            script: None,
+        };
+        let result = RunResult {
+            exit_code: Some(1),
+            output: include_str!("testdata/maven_surefire.txt").into(),
+        };
+        let text_only = observe(&cmd, &result, &[]);
+        assert_eq!(text_only.report.as_ref().unwrap().names, Names::FailedOnly);
+        let xml = include_str!("testdata/surefire_TEST-com.example.CalcTest.xml").to_owned();
+        let both = observe(&cmd, &result, &[xml]);
+        let r = both.report.unwrap();
+        assert_eq!(r.format, Format::JUnitXml);
+        assert_eq!(r.names, Names::Full);
+        assert_eq!(r.passed.len(), 1);
+    }
+
+    #[test]
     fn no_baseline_means_everything_must_pass() {
         let d = decide(None, &obs(0, Some(report(Names::Full, &["a"], &[]))));
         assert!(d.success);

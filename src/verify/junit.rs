@@ -330,6 +330,23 @@ mod tests {
     }
 
     #[test]
+    fn real_surefire_report() {
+        let r = parse_junit_xml(&[include_str!(
+            "testdata/surefire_TEST-com.example.CalcTest.xml"
+        )])
+        .unwrap();
+        assert_eq!(
+            r.failed.iter().cloned().collect::<Vec<_>>(),
+            ["com.example.CalcTest.testAdd"]
+        );
+        assert_eq!(
+            r.passed.iter().cloned().collect::<Vec<_>>(),
+            ["com.example.CalcTest.testSub"]
+        );
+        assert!(r.details["com.example.CalcTest.testAdd"].contains("CalcTest.java:7"));
+    }
+
+    #[test]
     fn not_junit_is_none() {
         assert!(parse_junit_xml(&["<html><body>hi</body></html>"]).is_none());
         assert!(parse_junit_xml::<&str>(&[]).is_none());

@@ -1347,6 +1347,27 @@ mod tests {
     }
 
     #[test]
+    fn maven_real_surefire_console() {
+        let r = parse_output(
+            Some(Runner::Maven),
+            include_str!("testdata/maven_surefire.txt"),
+        )
+        .unwrap();
+        assert_eq!(r.format, Format::Maven);
+        assert_eq!(r.names, Names::FailedOnly);
+        assert_eq!(r.failed, set(&["CalcTest.testAdd"]));
+        assert_eq!(
+            r.counts,
+            Counts {
+                passed: 1,
+                failed: 1,
+                skipped: 0
+            }
+        );
+        assert!(r.details["CalcTest.testAdd"].contains("expected:<5> but was:<-1>"));
+    }
+
+    #[test]
     fn maven_console_counts_and_failures() {
         // Shape of Maven 3 + surefire 3 console output, as documented by surefire.
         let out = "\
