@@ -416,6 +416,7 @@ fn parse_go(text: &str) -> Option<TestReport> {
     let mut output: BTreeMap<String, String> = BTreeMap::new();
     let mut current: Option<String> = None;
     let mut after_fail: Option<(String, usize)> = None;
+    let mut build_errors: Option<(String, String)> = None;
     for l in text.lines() {
         if let Some(c) = run.captures(l) {
             acc.lists_passes = true;
@@ -440,10 +441,20 @@ fn parse_go(text: &str) -> Option<TestReport> {
             current = None;
             continue;
         }
+        if let Some(p) = l.strip_prefix("# ") {
+            // `# pkg [pkg.test]` opens the compiler's messages for a package.
+            let p = p.split_whitespace().next().unwrap_or("").to_owned();
+            build_errors = Some((p, String::new()));
+            continue;
+        }
         if let Some(c) = pkg.captures(l) {
             let p = c[2].to_owned();
-            if c[1] == *"FAIL" && l.contains("[build failed]") || l.contains("[setup failed]") {
-                acc.fail(format!("{p}::[build]"));
+            if l.contains("[build failed]") || l.contains("[setup failed]") {
+                let name = format!("{p}::[build]");
+                if let Some((_, text)) = build_errors.take().filter(|(bp, _)| *bp == p) {
+                    acc.detail(&name, &text);
+                }
+                acc.fail(name);
             }
             for (name, status, _) in pending.drain(..) {
                 let full = format!("{p}::{name}");
@@ -461,6 +472,11 @@ fn parse_go(text: &str) -> Option<TestReport> {
             output.clear();
             current = None;
             after_fail = None;
+            continue;
+        }
+        if let Some((_, text)) = &mut build_errors {
+            text.push_str(l);
+            text.push('\n');
             continue;
         }
         // Output of a test: under `=== RUN` with -v, under `--- FAIL` without it.
@@ -509,7 +525,13 @@ fn parse_go_json(text: &str) -> Option<TestReport> {
         ..Acc::default()
     };
     let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+    let build_failed = re(r"^FAIL\s+(\S+) \[(?:build|setup) failed\]");
     for l in text.lines() {
+        // Build failures are printed as text even with -json (go ≤ 1.23).
+        if let Some(c) = build_failed.captures(l) {
+            acc.fail(format!("{}::[build]", &c[1]));
+            continue;
+        }
         let Ok(ev) = serde_json::from_str::<Ev>(l.trim()) else {
             continue;
         };
@@ -1203,6 +1225,21 @@ mod tests {
             r.details["example.com/calc::TestTable/small"].contains("want 2")
                 || r.details["example.com/calc::TestTable"].contains("want 2")
         );
+    }
+
+    #[test]
+    fn go_build_failure_is_a_failing_entry_with_the_compiler_messages() {
+        let out = include_str!("testdata/go_build_failed.txt");
+        let r = parse_output(Some(Runner::GoTest), out).unwrap();
+        assert!(r.failed.contains("example.com/calc::[build]"), "{r:?}");
+        assert!(r.passed.contains("example.com/calc/util::TestDouble"));
+        assert!(
+            r.details["example.com/calc::[build]"].contains("./calc.go:4:33: invalid operation")
+        );
+        // -json prints the build failure as text; it must not be lost.
+        let json = "{\"Action\":\"pass\",\"Package\":\"example.com/calc/util\",\"Test\":\"TestDouble\"}\nFAIL\texample.com/calc [build failed]\n";
+        let j = parse_output(None, json).unwrap();
+        assert!(j.failed.contains("example.com/calc::[build]"), "{j:?}");
     }
 
     #[test]

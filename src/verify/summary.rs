@@ -211,7 +211,7 @@ fn drop_noise(detail: &str) -> String {
 fn decisive_lines(text: &str) -> Vec<String> {
     let decisive = Regex::new(
         r"(?x)
-        ^error(\[E\d+\])?: | ^\s*-->\s | panicked\ at | assertion | ^\s*(left|right):
+        ^error(\[E\d+\])?: | ^\s*-->\s | ^\S+\.\w+:\d+:\d+:\s | panicked\ at | assertion | ^\s*(left|right):
         | ^E\s | ^\S+\.py:\d+:\s | Error(?-u:\b) | Exception(?-u:\b) | ^\s*raise\s
         | [Ee]xpected | [Rr]eceived | (?-u:\b)want(?-u:\b) | (?-u:\b)got(?-u:\b) | but\ was
         | ^\s*>\s*\d+\s*\| | ^\s*>\s | _test\.go:\d+: | ^\s+at\s.*:\d+:\d+\)?$
