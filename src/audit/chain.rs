@@ -1050,4 +1050,35 @@ mod tests {
         assert!(lines[1].contains('…'));
         assert!(lines[1].chars().count() < 200);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+        /// Any single removal, swap, duplication or byte edit of a log is caught, given the
+        /// recorded head.
+        #[test]
+        fn any_single_tampering_is_caught(n in 2usize..7, op in 0u8..4, a in 0usize..7, b in 0usize..7, byte in 0usize..400) {
+            let (_d, path, events) = log_with(n as u64);
+            let head = Head { seq: n as u64, hash: events[n - 1].hash.clone() };
+            let mut lines = file_lines(&path);
+            let (a, b) = (a % n, b % n);
+            match op {
+                0 => { lines.remove(a); }
+                1 => { proptest::prop_assume!(a != b); lines.swap(a, b); }
+                2 => { let l = lines[a].clone(); lines.insert(b, l); }
+                _ => {
+                    let mut bytes = lines[a].clone().into_bytes();
+                    let i = byte % bytes.len();
+                    // Change a digit or letter inside the line to another of its kind.
+                    let c = bytes[i];
+                    proptest::prop_assume!(c.is_ascii_alphanumeric());
+                    bytes[i] = if c.is_ascii_digit() { b'0' + (c - b'0' + 1) % 10 } else if c == b'z' { b'a' } else if c == b'Z' { b'A' } else { c + 1 };
+                    proptest::prop_assume!(bytes[i].is_ascii_alphanumeric());
+                    lines[a] = String::from_utf8(bytes).unwrap();
+                }
+            }
+            write_lines(&path, &lines);
+            let v = verify(&path, Some("run-1"), Some(&head)).unwrap();
+            proptest::prop_assert!(!v.is_intact(), "not caught: op {} on {:?}", op, lines);
+        }
+    }
 }

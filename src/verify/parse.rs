@@ -1468,4 +1468,27 @@ CalcTest > testAdd() FAILED
             "red ok\n100%\n"
         );
     }
+
+    proptest::proptest! {
+        /// Arbitrary output never panics a parser, and every report's failing tests are
+        /// disjoint from its passing ones.
+        #[test]
+        fn parsers_never_panic(
+            text in "((test |--- FAIL: |=== RUN |ok  |FAIL|PASSED |FAILED |● |✓ |× |✖ |▶ |# Subtest: |not ok 1 - |TAP version 13|ℹ pass 1|Tests: |\\[ERROR\\] |---- | \\.\\.\\. |::| > | › |[a-z0-9 ]|é|\\n|\\t|\\{|\\}|\"|:|,)){0,60}"
+        ) {
+            if let Some(r) = parse_output(None, &text) {
+                proptest::prop_assert!(r.passed.is_disjoint(&r.failed));
+            }
+            let _ = crate::verify::parse_junit_xml(&[text.as_str()]);
+            let _ = crate::verify::failure_summary(None, &text, 64);
+        }
+
+        /// XML-ish input never panics the JUnit reader.
+        #[test]
+        fn junit_reader_never_panics(
+            text in "(<testcase |<testsuite>|</testcase>|<failure |/>|>|<!\\[CDATA\\[|\\]\\]>|<!--|-->|name=\"|classname='|&amp;|&#x|&#|;|\"|'|[a-z ]|é){0,60}"
+        ) {
+            let _ = crate::verify::parse_junit_xml(&[text.as_str()]);
+        }
+    }
 }
