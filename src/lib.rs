@@ -14,4 +14,5 @@ pub mod policy;
 pub mod run;
 pub mod task;
 pub mod tools;
+pub mod verify;
 pub mod workspace;

@@ -309,6 +309,10 @@ pub enum Verification {
         events: u64,
         /// The last event.
         head: Head,
+        /// Events after the recorded head (0 without one). They link correctly but nothing
+        /// outside the log vouches for them: appended after the head was last recorded (a
+        /// crash in between), or appended by someone else. Worth a warning, not a failure.
+        unanchored: u64,
     },
     /// The first place where the chain breaks.
     Broken {
@@ -411,6 +415,8 @@ pub fn verify(path: &Path, run: Option<&str>, recorded: Option<&Head>) -> Result
 
 fn verify_lines(lines: &Lines, run: Option<&str>, recorded: Option<&Head>) -> Verification {
     let mut head = Head::empty();
+    // The line and hash of the event at the recorded head's seq.
+    let mut at_recorded: Option<(usize, String)> = None;
     let mut run_name: Option<String> = run.map(str::to_owned);
     for (index, (_, line)) in lines.complete.iter().enumerate() {
         let expected = head.seq + 1;
@@ -445,6 +451,9 @@ fn verify_lines(lines: &Lines, run: Option<&str>, recorded: Option<&Head>) -> Ve
             Some(_) => {}
             None => run_name = Some(event.run.clone()),
         }
+        if recorded.is_some_and(|r| r.seq == event.seq) {
+            at_recorded = Some((index + 1, event.hash.clone()));
+        }
         head = Head {
             seq: event.seq,
             hash: event.hash,
@@ -468,19 +477,22 @@ fn verify_lines(lines: &Lines, run: Option<&str>, recorded: Option<&Head>) -> Ve
                 },
             };
         }
-        if head.seq == rec.seq && head.hash != rec.hash {
+        // The event at the recorded seq must be the recorded one, however long the log is.
+        if let Some((line, hash)) = &at_recorded
+            && *hash != rec.hash
+        {
             return Verification::Broken {
-                seq: head.seq,
-                line: lines.complete.len(),
+                seq: rec.seq,
+                line: *line,
                 problem: Problem::HeadMismatch,
             };
         }
-        // A log longer than the recorded head is fine: the head is recorded after appends,
-        // so a crash in between leaves the log ahead of it.
     }
+    let unanchored = recorded.map_or(0, |r| head.seq.saturating_sub(r.seq));
     Verification::Intact {
         events: head.seq,
         head,
+        unanchored,
     }
 }
 
@@ -777,7 +789,11 @@ mod tests {
         };
         assert_eq!(
             verify(&path, Some("run-1"), Some(&head)).unwrap(),
-            Verification::Intact { events: 5, head }
+            Verification::Intact {
+                events: 5,
+                head,
+                unanchored: 0
+            }
         );
         assert_eq!(read(&path).unwrap().events, events);
     }
@@ -919,6 +935,29 @@ mod tests {
     }
 
     #[test]
+    fn events_beyond_the_recorded_head_are_counted_and_a_rewritten_prefix_is_caught() {
+        let (_d, path, events) = log_with(3);
+        let head = Head {
+            seq: 2,
+            hash: events[1].hash.clone(),
+        };
+        match verify(&path, Some("run-1"), Some(&head)).unwrap() {
+            Verification::Intact { unanchored, .. } => assert_eq!(unanchored, 1),
+            broken => panic!("{broken:?}"),
+        }
+        // A whole new chain from event 2 on, longer than the recorded head.
+        let mut lines = file_lines(&path);
+        lines.truncate(1);
+        write_lines(&path, &lines);
+        let (app, _) = Appender::open(&path, "run-1", no_redaction()).unwrap();
+        for _ in 0..3 {
+            app.append(Kind::Approval, json!({"approved": true}))
+                .unwrap();
+        }
+        assert_eq!(broken_at(&path, Some(&head)), (2, Problem::HeadMismatch));
+    }
+
+    #[test]
     fn torn_tail_is_reported_cut_and_the_chain_continues() {
         let (_d, path, events) = log_with(3);
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
@@ -1049,5 +1088,36 @@ mod tests {
         assert!(lines[0].ends_with(&format!("[{}]", &events[0].hash[..12])));
         assert!(lines[1].contains('…'));
         assert!(lines[1].chars().count() < 200);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+        /// Any single removal, swap, duplication or byte edit of a log is caught, given the
+        /// recorded head.
+        #[test]
+        fn any_single_tampering_is_caught(n in 2usize..7, op in 0u8..4, a in 0usize..7, b in 0usize..7, byte in 0usize..400) {
+            let (_d, path, events) = log_with(n as u64);
+            let head = Head { seq: n as u64, hash: events[n - 1].hash.clone() };
+            let mut lines = file_lines(&path);
+            let (a, b) = (a % n, b % n);
+            match op {
+                0 => { lines.remove(a); }
+                1 => { proptest::prop_assume!(a != b); lines.swap(a, b); }
+                2 => { let l = lines[a].clone(); lines.insert(b, l); }
+                _ => {
+                    let mut bytes = lines[a].clone().into_bytes();
+                    let i = byte % bytes.len();
+                    // Change a digit or letter inside the line to another of its kind.
+                    let c = bytes[i];
+                    proptest::prop_assume!(c.is_ascii_alphanumeric());
+                    bytes[i] = if c.is_ascii_digit() { b'0' + (c - b'0' + 1) % 10 } else if c == b'z' { b'a' } else if c == b'Z' { b'A' } else { c + 1 };
+                    proptest::prop_assume!(bytes[i].is_ascii_alphanumeric());
+                    lines[a] = String::from_utf8(bytes).unwrap();
+                }
+            }
+            write_lines(&path, &lines);
+            let v = verify(&path, Some("run-1"), Some(&head)).unwrap();
+            proptest::prop_assert!(!v.is_intact(), "not caught: op {} on {:?}", op, lines);
+        }
     }
 }

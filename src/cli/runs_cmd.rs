@@ -205,8 +205,18 @@ pub fn audit(cmd: AuditCommand) -> anyhow::Result<u8> {
     let v = chain::verify(&dir.join(files::AUDIT), Some(&id), recorded.as_ref())?;
     let mut out = std::io::stdout().lock();
     match v {
-        chain::Verification::Intact { events, head } => {
+        chain::Verification::Intact {
+            events,
+            head,
+            unanchored,
+        } => {
             writeln!(out, "audit chain of {id} intact: {events} events, head {}", head.hash)?;
+            if unanchored > 0 {
+                writeln!(
+                    out,
+                    "({unanchored} events after the head the run record last saved: written by a process that stopped before saving)"
+                )?;
+            }
             Ok(super::exit::SUCCEEDED)
         }
         chain::Verification::Broken { seq, line, problem } => {

@@ -5,4 +5,5 @@ mod config;
 mod exec;
 mod model;
 mod tools;
+mod verify;
 mod workspace;

@@ -1,0 +1,434 @@
+//! The success decision: exit codes and test names, never a model's opinion.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::detect::TestCommand;
+use super::junit::parse_junit_xml;
+use super::parse::{Names, TestReport, parse_output};
+
+/// What the executor reported for one run of the test command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The exit code; `None` when the process was killed (signal, time-out).
+    pub exit_code: Option<i32>,
+    /// stdout and stderr as captured (possibly capped head and tail).
+    pub output: String,
+}
+
+/// One test run, read: its exit code and what its output says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The exit code; `None` when the process was killed.
+    pub exit_code: Option<i32>,
+    /// The parsed results; `None` when the output could not be read.
+    pub report: Option<TestReport>,
+}
+
+/// Reads a run: its output, and the JUnit XML reports it wrote (for Maven and Gradle; see
+/// [`read_junit_reports`](super::read_junit_reports)). The XML wins when it names more.
+pub fn observe(cmd: &TestCommand, result: &RunResult, junit_xml: &[String]) -> Observation {
+    let text = parse_output(Some(cmd.runner), &result.output);
+    let xml = parse_junit_xml(junit_xml);
+    let report = match (text, xml) {
+        (Some(t), Some(x)) => {
+            let t_rank = (t.names, t.passed.len() + t.failed.len());
+            let x_rank = (x.names, x.passed.len() + x.failed.len());
+            Some(if x_rank > t_rank { x } else { t })
+        }
+        (t, x) => t.or(x),
+    };
+    Observation {
+        exit_code: result.exit_code,
+        report,
+    }
+}
+
+/// What a decision rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// Exit code plus a comparison of every test's name with the baseline.
+    TestNames,
+    /// Exit code plus a comparison of failing tests' names and of counts (the output does
+    /// not name passing tests).
+    FailedNames,
+    /// The exit code alone (names could not be parsed, or there is nothing to compare).
+    ExitCode,
+}
+
+/// The verdict on a test run, with the evidence for the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Whether the change is verified.
+    pub success: bool,
+    /// What the verdict rests on.
+    pub basis: Basis,
+    /// The run's exit code.
+    pub exit_code: Option<i32>,
+    /// Failed in the baseline, pass now.
+    pub newly_passing: Vec<String>,
+    /// Fail now and did not fail in the baseline.
+    pub newly_failing: Vec<String>,
+    /// Failed in the baseline and still fail.
+    pub still_failing: Vec<String>,
+    /// Failed in the baseline and did not run now (removed, renamed or skipped): blocks
+    /// success, since deleting a failing test is not fixing it.
+    pub missing: Vec<String>,
+    /// Passed in the baseline and did not run now; reported, not blocking.
+    pub dropped: Vec<String>,
+    /// Plain sentences explaining the verdict, for the report and the model.
+    pub notes: Vec<String>,
+}
+
+impl Decision {
+    /// One line for the report, e.g. `3 passed; the 1 that failed before now passes; none
+    /// newly failing`.
+    pub fn headline(&self, after: &Observation) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = &after.report {
+            parts.push(format!(
+                "{} passed, {} failed",
+                r.counts.passed, r.counts.failed
+            ));
+        }
+        match self.newly_passing.len() {
+            0 => {}
+            1 => parts.push("the 1 that failed before now passes".to_owned()),
+            n => parts.push(format!("the {n} that failed before now pass")),
+        }
+        if !self.still_failing.is_empty() {
+            parts.push(format!("{} still failing", self.still_failing.len()));
+        }
+        if !self.missing.is_empty() {
+            parts.push(format!("{} failing before did not run", self.missing.len()));
+        }
+        if self.basis != Basis::ExitCode {
+            match self.newly_failing.len() {
+                0 => parts.push("none newly failing".to_owned()),
+                n => parts.push(format!("{n} newly failing")),
+            }
+        } else {
+            parts.push(match self.exit_code {
+                Some(c) => format!("exit code {c} (tests not compared by name)"),
+                None => "killed (tests not compared by name)".to_owned(),
+            });
+        }
+        parts.join("; ")
+    }
+}
+
+fn usable(o: Option<&Observation>) -> Option<&TestReport> {
+    o.and_then(|o| o.report.as_ref())
+        .filter(|r| r.names >= Names::FailedOnly)
+}
+
+/// Decides whether a run verifies the change.
+///
+/// Success = the command exited 0, every test that failed in the baseline passes now, and no
+/// test fails now that did not fail before. Tests are compared by name where both runs name
+/// them; otherwise the exit code decides and the notes say so. `baseline` is the run before
+/// any edit (`None` when there was none).
+pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
+    let mut d = Decision {
+        success: false,
+        basis: Basis::ExitCode,
+        exit_code: after.exit_code,
+        newly_passing: Vec::new(),
+        newly_failing: Vec::new(),
+        still_failing: Vec::new(),
+        missing: Vec::new(),
+        dropped: Vec::new(),
+        notes: Vec::new(),
+    };
+    let exit_ok = after.exit_code == Some(0);
+    match after.exit_code {
+        Some(0) => {}
+        Some(c) => d
+            .notes
+            .push(format!("the test command exited with code {c}")),
+        None => d
+            .notes
+            .push("the test command was killed (time-out or signal)".to_owned()),
+    }
+
+    let Some(now) = usable(Some(after)) else {
+        d.notes.push(
+            "the failing tests could not be named from the output, so the exit code alone \
+             decides"
+                .to_owned(),
+        );
+        d.success = exit_ok;
+        return d;
+    };
+    let Some(before) = usable(baseline) else {
+        // Nothing to compare with: every test must pass.
+        d.newly_failing = now.failed.iter().cloned().collect();
+        d.notes.push(match baseline {
+            None => "there was no baseline run, so every test must pass".to_owned(),
+            Some(_) => {
+                "the baseline's tests could not be named, so every test must pass now".to_owned()
+            }
+        });
+        d.success = exit_ok && now.failed.is_empty();
+        if exit_ok && !now.failed.is_empty() {
+            d.notes
+                .push("the command exited 0 although tests are reported failing".to_owned());
+        }
+        return d;
+    };
+
+    let full = before.names == Names::Full && now.names == Names::Full;
+    d.basis = if full {
+        Basis::TestNames
+    } else {
+        Basis::FailedNames
+    };
+    let diff = |a: &BTreeSet<String>, b: &BTreeSet<String>| -> Vec<String> {
+        a.difference(b).cloned().collect()
+    };
+    d.newly_failing = diff(&now.failed, &before.failed);
+    d.still_failing = now.failed.intersection(&before.failed).cloned().collect();
+    if now.names == Names::Full {
+        d.newly_passing = before.failed.intersection(&now.passed).cloned().collect();
+        d.missing = before
+            .failed
+            .iter()
+            .filter(|n| !now.failed.contains(*n) && !now.passed.contains(*n))
+            .cloned()
+            .collect();
+    } else {
+        // Passing tests are not named: a test that failed before and is not failing now is
+        // taken as passing, guarded by the count of tests that ran.
+        d.newly_passing = diff(&before.failed, &now.failed);
+        d.notes.push(
+            "the output names failing tests only; tests that failed before and are not \
+             reported failing now are counted as passing"
+                .to_owned(),
+        );
+        if now.counts.ran() < before.counts.ran() {
+            d.notes.push(format!(
+                "fewer tests ran than in the baseline ({} < {}), so a test may have been \
+                 removed instead of fixed",
+                now.counts.ran(),
+                before.counts.ran()
+            ));
+            d.missing = d.newly_passing.clone();
+            d.newly_passing.clear();
+        }
+    }
+    if full {
+        d.dropped = before
+            .passed
+            .iter()
+            .filter(|n| !now.passed.contains(*n) && !now.failed.contains(*n))
+            .cloned()
+            .collect();
+    }
+    if !d.missing.is_empty() {
+        d.notes.push(format!(
+            "{} test(s) that failed in the baseline did not run now (removed, renamed or \
+             skipped); that is not a fix",
+            d.missing.len()
+        ));
+    }
+    if !d.dropped.is_empty() {
+        d.notes.push(format!(
+            "{} test(s) that passed in the baseline did not run now",
+            d.dropped.len()
+        ));
+    }
+    if exit_ok && !now.failed.is_empty() {
+        d.notes
+            .push("the command exited 0 although tests are reported failing".to_owned());
+    }
+    if !exit_ok && now.failed.is_empty() {
+        d.notes.push(
+            "no test is reported failing, but the exit code is not 0 (a build error, a crash, \
+             or a failure outside the tests)"
+                .to_owned(),
+        );
+    }
+    d.success = exit_ok && now.failed.is_empty() && d.missing.is_empty();
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::{Counts, Format};
+    use std::collections::BTreeMap;
+
+    fn report(names: Names, passed: &[&str], failed: &[&str]) -> TestReport {
+        let set = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+        TestReport {
+            format: Format::Cargo,
+            names,
+            counts: Counts {
+                passed: passed.len() as u64,
+                failed: failed.len() as u64,
+                skipped: 0,
+            },
+            passed: if names == Names::Full {
+                set(passed)
+            } else {
+                BTreeSet::new()
+            },
+            failed: set(failed),
+            skipped: BTreeSet::new(),
+            details: BTreeMap::new(),
+        }
+    }
+
+    fn obs(code: i32, r: Option<TestReport>) -> Observation {
+        Observation {
+            exit_code: Some(code),
+            report: r,
+        }
+    }
+
+    #[test]
+    fn fix_that_makes_the_failing_test_pass_succeeds() {
+        let before = obs(101, Some(report(Names::Full, &["a"], &["b"])));
+        let after = obs(0, Some(report(Names::Full, &["a", "b"], &[])));
+        let d = decide(Some(&before), &after);
+        assert!(d.success, "{d:?}");
+        assert_eq!(d.basis, Basis::TestNames);
+        assert_eq!(d.newly_passing, ["b"]);
+        assert!(d.newly_failing.is_empty() && d.still_failing.is_empty());
+        assert_eq!(
+            d.headline(&after),
+            "2 passed, 0 failed; the 1 that failed before now passes; none newly failing"
+        );
+    }
+
+    #[test]
+    fn a_regression_fails_even_when_the_target_passes() {
+        let before = obs(101, Some(report(Names::Full, &["a"], &["b"])));
+        let after = obs(101, Some(report(Names::Full, &["b"], &["a"])));
+        let d = decide(Some(&before), &after);
+        assert!(!d.success);
+        assert_eq!(
+            (d.newly_passing.clone(), d.newly_failing.clone()),
+            (vec!["b".into()], vec!["a".into()])
+        );
+    }
+
+    #[test]
+    fn still_failing_is_a_failure() {
+        let before = obs(1, Some(report(Names::Full, &["a"], &["b"])));
+        let after = obs(1, Some(report(Names::Full, &["a"], &["b"])));
+        let d = decide(Some(&before), &after);
+        assert!(!d.success);
+        assert_eq!(d.still_failing, ["b"]);
+    }
+
+    #[test]
+    fn deleting_the_failing_test_is_not_a_fix() {
+        let before = obs(101, Some(report(Names::Full, &["a"], &["b"])));
+        let after = obs(0, Some(report(Names::Full, &["a"], &[])));
+        let d = decide(Some(&before), &after);
+        assert!(!d.success);
+        assert_eq!(d.missing, ["b"]);
+    }
+
+    #[test]
+    fn deleting_the_failing_test_is_caught_by_counts_when_passes_are_unnamed() {
+        let before = obs(1, Some(report(Names::FailedOnly, &["a", "c"], &["b"])));
+        let after = obs(0, Some(report(Names::FailedOnly, &["a", "c"], &[])));
+        let d = decide(Some(&before), &after);
+        assert!(!d.success, "{d:?}");
+        assert_eq!(d.missing, ["b"]);
+        let fixed = obs(0, Some(report(Names::FailedOnly, &["a", "b", "c"], &[])));
+        let d = decide(Some(&before), &fixed);
+        assert!(d.success, "{d:?}");
+        assert_eq!(d.basis, Basis::FailedNames);
+        assert_eq!(d.newly_passing, ["b"]);
+    }
+
+    #[test]
+    fn exit_code_must_be_zero_even_if_all_tests_pass() {
+        let before = obs(101, Some(report(Names::Full, &["a"], &["b"])));
+        let after = obs(101, Some(report(Names::Full, &["a", "b"], &[])));
+        let d = decide(Some(&before), &after);
+        assert!(!d.success);
+        assert!(
+            d.notes.iter().any(|n| n.contains("exit code is not 0")),
+            "{:?}",
+            d.notes
+        );
+        let killed = Observation {
+            exit_code: None,
+            report: after.report.clone(),
+        };
+        assert!(!decide(Some(&before), &killed).success);
+    }
+
+    #[test]
+    fn unparsed_output_falls_back_to_the_exit_code_and_says_so() {
+        let before = obs(2, None);
+        let d = decide(Some(&before), &obs(0, None));
+        assert!(d.success);
+        assert_eq!(d.basis, Basis::ExitCode);
+        assert!(d.notes.iter().any(|n| n.contains("exit code alone")));
+        assert!(!decide(Some(&before), &obs(1, None)).success);
+    }
+
+    #[test]
+    fn unparsed_baseline_requires_every_test_to_pass() {
+        // E.g. the baseline did not compile: nothing to compare, so nothing may fail.
+        let before = obs(101, None);
+        let d = decide(
+            Some(&before),
+            &obs(0, Some(report(Names::Full, &["a", "b"], &[]))),
+        );
+        assert!(d.success);
+        assert_eq!(d.basis, Basis::ExitCode);
+        let d = decide(
+            Some(&before),
+            &obs(0, Some(report(Names::Full, &["a"], &["b"]))),
+        );
+        assert!(!d.success);
+        assert_eq!(d.newly_failing, ["b"]);
+    }
+
+    #[test]
+    fn dropped_passing_tests_are_reported_but_do_not_block() {
+        let before = obs(1, Some(report(Names::Full, &["a", "old"], &["b"])));
+        let after = obs(0, Some(report(Names::Full, &["a", "b"], &[])));
+        let d = decide(Some(&before), &after);
+        assert!(d.success);
+        assert_eq!(d.dropped, ["old"]);
+    }
+
+    #[test]
+    fn observe_prefers_junit_xml_when_it_names_more() {
+        // A real `mvn test` run: the console names only the failure, the report every test.
+        let cmd = TestCommand {
+            command: "mvn -B test".into(),
+            runner: crate::verify::Runner::Maven,
+            source: crate::verify::CommandSource::Config,
+            script: None,
+        };
+        let result = RunResult {
+            exit_code: Some(1),
+            output: include_str!("testdata/maven_surefire.txt").into(),
+        };
+        let text_only = observe(&cmd, &result, &[]);
+        assert_eq!(text_only.report.as_ref().unwrap().names, Names::FailedOnly);
+        let xml = include_str!("testdata/surefire_TEST-com.example.CalcTest.xml").to_owned();
+        let both = observe(&cmd, &result, &[xml]);
+        let r = both.report.unwrap();
+        assert_eq!(r.format, Format::JUnitXml);
+        assert_eq!(r.names, Names::Full);
+        assert_eq!(r.passed.len(), 1);
+    }
+
+    #[test]
+    fn no_baseline_means_everything_must_pass() {
+        let d = decide(None, &obs(0, Some(report(Names::Full, &["a"], &[]))));
+        assert!(d.success);
+        assert!(!decide(None, &obs(0, Some(report(Names::Full, &["a"], &["b"])))).success);
+    }
+}

@@ -1,0 +1,605 @@
+//! Which command runs a project's tests, and how to make its output parseable.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result};
+
+/// The tool behind a test command, as far as we can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runner {
+    /// `cargo test` (libtest output).
+    Cargo,
+    /// pytest.
+    Pytest,
+    /// `go test`.
+    GoTest,
+    /// `npm test` (the script decides the real runner).
+    Npm,
+    /// `pnpm test`.
+    Pnpm,
+    /// `yarn test`.
+    Yarn,
+    /// Maven (surefire).
+    Maven,
+    /// Gradle.
+    Gradle,
+    /// `make test`.
+    Make,
+    /// Anything else.
+    Other,
+}
+
+impl Runner {
+    /// Guesses the runner of a command line given by a person (`--test-cmd`, config).
+    pub fn of_command(command: &str) -> Runner {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let has = |w: &str| words.contains(&w);
+        let first = words
+            .first()
+            .map(|w| w.rsplit('/').next().unwrap_or(w))
+            .unwrap_or("");
+        match first {
+            "cargo" => Runner::Cargo,
+            "pytest" | "py.test" => Runner::Pytest,
+            "go" if has("test") => Runner::GoTest,
+            "npm" => Runner::Npm,
+            "pnpm" => Runner::Pnpm,
+            "yarn" => Runner::Yarn,
+            "mvn" | "mvnw" => Runner::Maven,
+            "gradle" | "gradlew" => Runner::Gradle,
+            "make" => Runner::Make,
+            _ if words.windows(2).any(|w| w == ["-m", "pytest"]) => Runner::Pytest,
+            _ => Runner::Other,
+        }
+    }
+}
+
+/// Where a test command came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "from")]
+pub enum CommandSource {
+    /// `--test-cmd`.
+    Flag,
+    /// The `verify.test` configuration key.
+    Config,
+    /// Found from a file in the worktree.
+    Detected {
+        /// The file that gave it away, relative to the worktree.
+        marker: PathBuf,
+    },
+}
+
+/// A test command and what we know about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestCommand {
+    /// The shell command line.
+    pub command: String,
+    /// The tool it runs.
+    pub runner: Runner,
+    /// Where it came from.
+    pub source: CommandSource,
+    /// For `npm`/`pnpm`/`yarn`: the `scripts.test` it runs.
+    pub script: Option<String>,
+}
+
+/// npm's placeholder for "no tests".
+const NPM_PLACEHOLDER: &str = "no test specified";
+
+fn read_opt(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn detected(command: impl Into<String>, runner: Runner, marker: &str) -> TestCommand {
+    TestCommand {
+        command: command.into(),
+        runner,
+        source: CommandSource::Detected {
+            marker: PathBuf::from(marker),
+        },
+        script: None,
+    }
+}
+
+/// Every test command the worktree suggests, best first: Cargo, package.json `scripts.test`,
+/// pytest (pyproject.toml, setup.cfg, tox.ini, pytest.ini), go.mod, Maven, Gradle, a
+/// Makefile `test` target. Empty when nothing fits.
+pub fn detect(worktree: &Path) -> Result<Vec<TestCommand>> {
+    let mut found = Vec::new();
+
+    if let Some(text) = read_opt(&worktree.join("Cargo.toml"))? {
+        // A root package with workspace members tests only itself unless asked for the
+        // workspace.
+        let both = text
+            .parse::<toml::Table>()
+            .map(|t| {
+                let members = t
+                    .get("workspace")
+                    .and_then(|w| w.get("members"))
+                    .and_then(|m| m.as_array())
+                    .is_some_and(|m| !m.is_empty());
+                members && t.contains_key("package")
+            })
+            .unwrap_or(false);
+        let cmd = if both {
+            "cargo test --workspace"
+        } else {
+            "cargo test"
+        };
+        found.push(detected(cmd, Runner::Cargo, "Cargo.toml"));
+    }
+
+    let pkg_path = worktree.join("package.json");
+    if let Some(text) = read_opt(&pkg_path)? {
+        let pkg: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::PackageJson {
+                path: pkg_path.clone(),
+                message: e.to_string(),
+            })?;
+        let script = pkg
+            .get("scripts")
+            .and_then(|s| s.get("test"))
+            .and_then(|s| s.as_str());
+        if let Some(script) = script.filter(|s| !s.contains(NPM_PLACEHOLDER)) {
+            let manager = pkg
+                .get("packageManager")
+                .and_then(|m| m.as_str())
+                .unwrap_or("");
+            let (runner, cmd) =
+                if worktree.join("pnpm-lock.yaml").exists() || manager.starts_with("pnpm@") {
+                    (Runner::Pnpm, "pnpm test")
+                } else if worktree.join("yarn.lock").exists() || manager.starts_with("yarn@") {
+                    (Runner::Yarn, "yarn test")
+                } else {
+                    (Runner::Npm, "npm test")
+                };
+            let mut c = detected(cmd, runner, "package.json");
+            c.script = Some(script.to_owned());
+            found.push(c);
+        }
+    }
+
+    for marker in ["pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini"] {
+        if worktree.join(marker).is_file() {
+            // `python3`, not `python`: Debian and Ubuntu ship no `python` by default, and a
+            // virtualenv has both.
+            found.push(detected("python3 -m pytest", Runner::Pytest, marker));
+            break;
+        }
+    }
+
+    if worktree.join("go.mod").is_file() {
+        found.push(detected("go test ./...", Runner::GoTest, "go.mod"));
+    }
+
+    if worktree.join("pom.xml").is_file() {
+        let cmd = if worktree.join("mvnw").is_file() {
+            "./mvnw -B test"
+        } else {
+            "mvn -B test"
+        };
+        found.push(detected(cmd, Runner::Maven, "pom.xml"));
+    }
+
+    for marker in ["build.gradle.kts", "build.gradle"] {
+        if worktree.join(marker).is_file() {
+            let cmd = if worktree.join("gradlew").is_file() {
+                "./gradlew test"
+            } else {
+                "gradle test"
+            };
+            found.push(detected(cmd, Runner::Gradle, marker));
+            break;
+        }
+    }
+
+    for marker in ["GNUmakefile", "makefile", "Makefile"] {
+        if let Some(text) = read_opt(&worktree.join(marker))? {
+            if has_make_target(&text, "test") {
+                found.push(detected("make test", Runner::Make, marker));
+            }
+            break;
+        }
+    }
+    Ok(found)
+}
+
+/// Whether a Makefile defines a rule for `target` (not a variable like `test := …`).
+fn has_make_target(text: &str, target: &str) -> bool {
+    text.lines().any(|line| {
+        if line.starts_with(['\t', ' ', '#', '.']) {
+            return false;
+        }
+        let Some((targets, rest)) = line.split_once(':') else {
+            return false;
+        };
+        !rest.starts_with('=') && targets.split_whitespace().any(|t| t == target)
+    })
+}
+
+/// The test command of a run: `--test-cmd` wins, then the `verify.test` config key, then the
+/// first detected command. `None` when there is none at all.
+pub fn resolve(
+    worktree: &Path,
+    flag: Option<&str>,
+    config: Option<&str>,
+) -> Result<Option<TestCommand>> {
+    let given = |cmd: &str, source| TestCommand {
+        command: cmd.to_owned(),
+        runner: Runner::of_command(cmd),
+        source,
+        script: None,
+    };
+    if let Some(cmd) = flag.filter(|c| !c.trim().is_empty()) {
+        return Ok(Some(given(cmd, CommandSource::Flag)));
+    }
+    if let Some(cmd) = config.filter(|c| !c.trim().is_empty()) {
+        return Ok(Some(given(cmd, CommandSource::Config)));
+    }
+    Ok(detect(worktree)?.into_iter().next())
+}
+
+/// A command with flags added so that its output names every test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reliable {
+    /// The command to run.
+    pub command: String,
+    /// The flags that were added (empty when none).
+    pub added: Vec<String>,
+    /// Why these flags, or why none.
+    pub note: String,
+}
+
+/// Adds flags that make a detected command's output name every test, where that cannot change
+/// what the tests do. A command given by a person (flag, config) is returned unchanged.
+pub fn reliable_command(cmd: &TestCommand) -> Reliable {
+    let unchanged = |note: &str| Reliable {
+        command: cmd.command.clone(),
+        added: Vec::new(),
+        note: note.to_owned(),
+    };
+    if !matches!(cmd.source, CommandSource::Detected { .. }) {
+        return unchanged("a command given by a person is run exactly as given");
+    }
+    let words: Vec<&str> = cmd.command.split_whitespace().collect();
+    let has_word = |w: &str| words.contains(&w);
+    let add = |flags: &[&str], note: &str| {
+        let mut command = cmd.command.clone();
+        for f in flags {
+            command.push(' ');
+            command.push_str(f);
+        }
+        Reliable {
+            command,
+            added: flags.iter().map(|f| (*f).to_owned()).collect(),
+            note: note.to_owned(),
+        }
+    };
+    match cmd.runner {
+        Runner::Cargo if !has_word("--no-fail-fast") => add(
+            &["--no-fail-fast"],
+            "without it cargo stops at the first failing test binary, so the tests of later \
+             binaries are neither passed nor failed and cannot be compared with the baseline",
+        ),
+        Runner::Pytest if !words.iter().any(|w| w.starts_with("-r")) => add(
+            &["-rA"],
+            "-rA adds a short summary line for every test (PASSED/FAILED/…), so passing tests \
+             are named too; it changes nothing else",
+        ),
+        Runner::GoTest if !has_word("-v") && !has_word("-json") => add(
+            &["-v"],
+            "-v prints a line per test, so passing tests are named too",
+        ),
+        Runner::Npm | Runner::Pnpm | Runner::Yarn => {
+            let Some(script) = cmd.script.as_deref() else {
+                return unchanged("the package script is unknown");
+            };
+            if script.contains(['&', '|', ';', '>', '<', '$', '`']) {
+                return unchanged(
+                    "the test script is more than one command; extra arguments would reach \
+                     only its last command",
+                );
+            }
+            let sep = if cmd.runner == Runner::Yarn {
+                ""
+            } else {
+                "-- "
+            };
+            let tool = script.split_whitespace().next().unwrap_or("");
+            let flag = match tool {
+                "jest" if !script.contains("--verbose") => "--verbose",
+                "vitest" if !script.contains("--reporter") => "--reporter=verbose",
+                _ => {
+                    return unchanged(
+                        "the script's runner prints every test already (node --test) or is not \
+                         one we know how to make verbose",
+                    );
+                }
+            };
+            let mut r = add(
+                &[&format!("{sep}{flag}")],
+                "jest and vitest name passing tests only in their verbose reporters",
+            );
+            r.added = vec![flag.to_owned()];
+            r
+        }
+        Runner::Maven | Runner::Gradle => unchanged(
+            "surefire and gradle write JUnit XML reports by default; read them with \
+             read_junit_reports",
+        ),
+        Runner::Make => {
+            unchanged("make's test target can run anything; extra flags could change what it does")
+        }
+        _ => unchanged("the command already names its tests"),
+    }
+}
+
+/// Where a runner writes its JUnit XML reports, relative to the worktree.
+pub fn junit_report_dirs(runner: Runner) -> &'static [&'static str] {
+    match runner {
+        Runner::Maven => &["target/surefire-reports", "target/failsafe-reports"],
+        Runner::Gradle => &["build/test-results"],
+        _ => &[],
+    }
+}
+
+/// Reads the JUnit XML reports a Maven or Gradle run wrote, skipping files older than `since`
+/// (the start of the run), so stale reports of an earlier run are not mistaken for this one.
+pub fn read_junit_reports(
+    worktree: &Path,
+    runner: Runner,
+    since: SystemTime,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for dir in junit_report_dirs(runner) {
+        collect_xml(&worktree.join(dir), since, 4, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn collect_xml(dir: &Path, since: SystemTime, depth: u32, out: &mut Vec<String>) -> Result<()> {
+    let read_err = |source| Error::Read {
+        path: dir.to_owned(),
+        source,
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(read_err(e)),
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        let meta = std::fs::symlink_metadata(&path).map_err(read_err)?;
+        if meta.is_dir() && depth > 0 {
+            collect_xml(&path, since, depth - 1, out)?;
+        } else if meta.is_file()
+            && path.extension().is_some_and(|e| e == "xml")
+            && meta.modified().map_or(true, |m| m >= since)
+        {
+            let text = std::fs::read(&path).map_err(|source| Error::Read {
+                path: path.clone(),
+                source,
+            })?;
+            out.push(String::from_utf8_lossy(&text).into_owned());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    }
+
+    fn commands(files: &[(&str, &str)]) -> Vec<String> {
+        let dir = tree(files);
+        detect(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|c| c.command)
+            .collect()
+    }
+
+    #[test]
+    fn detects_each_ecosystem() {
+        assert_eq!(
+            commands(&[("Cargo.toml", "[package]\nname='a'")]),
+            ["cargo test"]
+        );
+        assert_eq!(
+            commands(&[(
+                "Cargo.toml",
+                "[package]\nname='a'\n[workspace]\nmembers=['b']"
+            )]),
+            ["cargo test --workspace"]
+        );
+        assert_eq!(
+            commands(&[("Cargo.toml", "[package]\nname='a'\n[workspace]\n")]),
+            ["cargo test"]
+        );
+        assert_eq!(commands(&[("pyproject.toml", "")]), ["python3 -m pytest"]);
+        assert_eq!(commands(&[("tox.ini", "")]), ["python3 -m pytest"]);
+        assert_eq!(commands(&[("setup.cfg", "")]), ["python3 -m pytest"]);
+        assert_eq!(commands(&[("pytest.ini", "")]), ["python3 -m pytest"]);
+        assert_eq!(commands(&[("go.mod", "module x")]), ["go test ./..."]);
+        assert_eq!(commands(&[("pom.xml", "<project/>")]), ["mvn -B test"]);
+        assert_eq!(
+            commands(&[("pom.xml", ""), ("mvnw", "")]),
+            ["./mvnw -B test"]
+        );
+        assert_eq!(commands(&[("build.gradle", "")]), ["gradle test"]);
+        assert_eq!(
+            commands(&[("build.gradle.kts", ""), ("gradlew", "")]),
+            ["./gradlew test"]
+        );
+        assert_eq!(
+            commands(&[("Makefile", "all: build\n\ntest: build\n\t./run-tests\n")]),
+            ["make test"]
+        );
+        assert!(commands(&[("Makefile", "test := 1\nall:\n\techo test:\n")]).is_empty());
+        assert!(commands(&[("README.md", "hi")]).is_empty());
+    }
+
+    #[test]
+    fn package_manager_follows_the_lockfile() {
+        let pkg = r#"{"scripts": {"test": "jest"}}"#;
+        assert_eq!(commands(&[("package.json", pkg)]), ["npm test"]);
+        assert_eq!(
+            commands(&[("package.json", pkg), ("package-lock.json", "{}")]),
+            ["npm test"]
+        );
+        assert_eq!(
+            commands(&[("package.json", pkg), ("pnpm-lock.yaml", "")]),
+            ["pnpm test"]
+        );
+        assert_eq!(
+            commands(&[("package.json", pkg), ("yarn.lock", "")]),
+            ["yarn test"]
+        );
+        assert_eq!(
+            commands(&[(
+                "package.json",
+                r#"{"packageManager": "pnpm@9.1.0", "scripts": {"test": "vitest"}}"#
+            )]),
+            ["pnpm test"]
+        );
+    }
+
+    #[test]
+    fn package_json_without_a_real_test_script_is_skipped() {
+        let placeholder = r#"{"scripts": {"test": "echo \"Error: no test specified\" && exit 1"}}"#;
+        assert!(commands(&[("package.json", placeholder)]).is_empty());
+        assert!(commands(&[("package.json", r#"{"name": "x"}"#)]).is_empty());
+        let dir = tree(&[("package.json", "{not json")]);
+        assert!(matches!(detect(dir.path()), Err(Error::PackageJson { .. })));
+    }
+
+    #[test]
+    fn several_markers_give_several_candidates_in_order() {
+        let found = commands(&[
+            ("Makefile", "test:\n\tcargo test\n"),
+            ("Cargo.toml", "[package]\nname='a'"),
+            ("package.json", r#"{"scripts": {"test": "node --test"}}"#),
+        ]);
+        assert_eq!(found, ["cargo test", "npm test", "make test"]);
+    }
+
+    #[test]
+    fn flag_beats_config_beats_detection() {
+        let dir = tree(&[("Cargo.toml", "[package]\nname='a'")]);
+        let r = |flag, config| resolve(dir.path(), flag, config).unwrap().unwrap();
+        let c = r(Some("pytest -x"), Some("make check"));
+        assert_eq!(
+            (c.command.as_str(), c.source),
+            ("pytest -x", CommandSource::Flag)
+        );
+        assert_eq!(c.runner, Runner::Pytest);
+        let c = r(None, Some("make check"));
+        assert_eq!((c.runner, c.source), (Runner::Make, CommandSource::Config));
+        let c = r(None, None);
+        assert_eq!(c.command, "cargo test");
+        assert_eq!(
+            c.source,
+            CommandSource::Detected {
+                marker: "Cargo.toml".into()
+            }
+        );
+        let empty = tempfile::tempdir().unwrap();
+        assert!(resolve(empty.path(), None, None).unwrap().is_none());
+    }
+
+    #[test]
+    fn runner_is_guessed_from_a_given_command() {
+        assert_eq!(Runner::of_command("cargo nextest run"), Runner::Cargo);
+        assert_eq!(Runner::of_command("python -m pytest tests"), Runner::Pytest);
+        assert_eq!(Runner::of_command("/usr/bin/go test ./..."), Runner::GoTest);
+        assert_eq!(Runner::of_command("./gradlew check"), Runner::Gradle);
+        assert_eq!(Runner::of_command("bash ci.sh"), Runner::Other);
+    }
+
+    #[test]
+    fn reliable_flags_are_added_only_where_harmless() {
+        let dir = tree(&[
+            ("Cargo.toml", "[package]\nname='a'"),
+            ("package.json", r#"{"scripts": {"test": "jest --ci"}}"#),
+            ("pytest.ini", ""),
+            ("go.mod", ""),
+            ("Makefile", "test:\n\ttrue\n"),
+        ]);
+        let found = detect(dir.path()).unwrap();
+        let got: Vec<String> = found.iter().map(|c| reliable_command(c).command).collect();
+        assert_eq!(
+            got,
+            [
+                "cargo test --no-fail-fast",
+                "npm test -- --verbose",
+                "python3 -m pytest -rA",
+                "go test ./... -v",
+                "make test"
+            ]
+        );
+        // A person's command is never changed.
+        let given = resolve(dir.path(), Some("pytest"), None).unwrap().unwrap();
+        assert_eq!(reliable_command(&given).command, "pytest");
+        assert!(reliable_command(&given).added.is_empty());
+        // A compound script would pass the flag to its last command only.
+        let compound = TestCommand {
+            script: Some("tsc && jest".into()),
+            ..found[1].clone()
+        };
+        assert_eq!(reliable_command(&compound).command, "npm test");
+        let yarn = TestCommand {
+            command: "yarn test".into(),
+            runner: Runner::Yarn,
+            script: Some("vitest run".into()),
+            ..found[1].clone()
+        };
+        assert_eq!(
+            reliable_command(&yarn).command,
+            "yarn test --reporter=verbose"
+        );
+    }
+
+    #[test]
+    fn junit_reports_older_than_the_run_are_ignored() {
+        let dir = tree(&[
+            ("target/surefire-reports/TEST-a.xml", "<testsuite/>"),
+            ("target/surefire-reports/a.txt", "x"),
+            (
+                "build/test-results/test/TEST-b.xml",
+                "<testsuite name='b'/>",
+            ),
+        ]);
+        let long_ago = SystemTime::UNIX_EPOCH;
+        let maven = read_junit_reports(dir.path(), Runner::Maven, long_ago).unwrap();
+        assert_eq!(maven, ["<testsuite/>"]);
+        let gradle = read_junit_reports(dir.path(), Runner::Gradle, long_ago).unwrap();
+        assert_eq!(gradle, ["<testsuite name='b'/>"]);
+        let future = SystemTime::now() + std::time::Duration::from_secs(3600);
+        assert!(
+            read_junit_reports(dir.path(), Runner::Maven, future)
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

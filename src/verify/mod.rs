@@ -1,0 +1,29 @@
+//! Verification: finding the project's test command, reading what its run printed, and
+//! deciding whether a change succeeded.
+//!
+//! This module owns test-command detection ([`detect`], [`resolve`]), flags that make a
+//! runner's output parseable ([`reliable_command`]), result parsers for cargo test, pytest,
+//! go test, jest/vitest, node's test runner, Maven/Gradle and JUnit XML ([`parse_output`],
+//! [`parse_junit_xml`]), the focused failure summary for the model ([`failure_summary`]) and
+//! the success decision ([`decide`]).
+//!
+//! It must not run anything: the caller runs the command through the sandboxed executor and
+//! hands the result in as data ([`RunResult`]). The decision is a pure function of exit codes
+//! and parsed test names; no model's opinion enters it.
+
+mod decide;
+mod detect;
+mod error;
+mod junit;
+mod parse;
+mod summary;
+
+pub use decide::{Basis, Decision, Observation, RunResult, decide, observe};
+pub use detect::{
+    CommandSource, Reliable, Runner, TestCommand, detect, junit_report_dirs, read_junit_reports,
+    reliable_command, resolve,
+};
+pub use error::{Error, Result};
+pub use junit::parse_junit_xml;
+pub use parse::{Counts, Format, Names, TestReport, parse_output, strip_ansi};
+pub use summary::failure_summary;
