@@ -53,12 +53,22 @@ pub enum Command {
     Audit(runs_cmd::AuditCommand),
     /// Print the effective permission policy; `--explain` says where each rule came from.
     Policy(policy_cmd::Args),
+    /// Turn a request into a branch of verified commits and a pull request.
+    Fix(fix_cmd::FixArgs),
+    /// Make a plan for a request and stop (read-only).
+    Plan(fix_cmd::FixArgs),
+    /// Continue a stopped run (approving its pending request with --approve).
+    Resume(fix_cmd::ResumeArgs),
+    /// Run the whole loop on a sample repository with a scripted model.
+    Demo(demo_cmd::Args),
 }
 
 mod config_cmd;
-mod runs_cmd;
 pub mod context;
+mod demo_cmd;
+mod fix_cmd;
 mod policy_cmd;
+mod runs_cmd;
 
 /// Parse the command line, run it and map the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -78,6 +88,10 @@ pub fn main() -> ExitCode {
         Command::Log(args) => runs_cmd::log(args),
         Command::Audit(cmd) => runs_cmd::audit(cmd),
         Command::Policy(args) => policy_cmd::run(args),
+        Command::Fix(args) => fix_cmd::fix(args, crate::task::Mode::Fix),
+        Command::Plan(args) => fix_cmd::fix(args, crate::task::Mode::Plan),
+        Command::Resume(args) => fix_cmd::resume(args),
+        Command::Demo(args) => demo_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -46,10 +46,36 @@ pub fn sandbox_env<I>(
 where
     I: IntoIterator<Item = (String, String)>,
 {
+    let parent: Vec<(String, String)> = parent.into_iter().collect();
+    let parent_home = parent
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| std::path::PathBuf::from(v));
     let mut env: Vec<(String, String)> = parent
         .into_iter()
         .filter(|(k, _)| pass.iter().any(|p| p == k) && !is_secret_name(k))
         .collect();
+    // HOME moves to a private directory, so toolchains found through the real HOME (rustup's
+    // ~/.rustup and ~/.cargo) are named explicitly; they are read, not written.
+    if let Some(h) = parent_home {
+        for (var, dir, wanted) in [
+            (
+                "RUSTUP_HOME",
+                ".rustup",
+                pass.iter().any(|p| p == "RUSTUP_HOME"),
+            ),
+            (
+                "CARGO_HOME",
+                ".cargo",
+                pass.iter().any(|p| p == "CARGO_HOME"),
+            ),
+        ] {
+            let d = h.join(dir);
+            if wanted && d.is_dir() && !env.iter().any(|(k, _)| k == var) {
+                env.push((var.to_string(), d.display().to_string()));
+            }
+        }
+    }
     let mut set = |k: &str, v: String, overwrite: bool| {
         if let Some(slot) = env.iter_mut().find(|(n, _)| n == k) {
             if overwrite {

@@ -37,8 +37,8 @@ pub use budget::{Budget, Exhausted, Limit, Spend};
 pub use cost::PriceTable;
 pub use error::{Error, Result};
 pub use router::{
-    CallOutcome, CallRecord, ModelSpec, Provider, Route, Router, RouterOptions, TranscriptEntry,
-    UsageLine, build_client, parse_assignment, role_specs,
+    CallOutcome, CallRecord, ModelSpec, Provider, ResumeState, Route, Router, RouterOptions,
+    TranscriptEntry, UsageLine, build_client, parse_assignment, role_specs,
 };
 pub use types::{
     CallContext, Message, Progress, ProgressFn, Reply, Request, Role, StopReason, ToolCall,
@@ -60,4 +60,8 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
         req: &'a Request,
         ctx: &'a CallContext,
     ) -> BoxFuture<'a, Result<Reply>>;
+
+    /// On resume, pass over the reply an interrupted run already got for `role`. Live models
+    /// have nothing to skip; a replayed script moves past the line that call consumed.
+    fn skip_replayed(&self, _role: Role) {}
 }

@@ -322,6 +322,22 @@ pub struct RouterOptions {
     pub model_flags: Vec<String>,
     /// `--record PATH`: write every reply in the script format.
     pub record: Option<PathBuf>,
+    /// Continuing an interrupted run: its spend, time and calls so far.
+    pub resume: Option<ResumeState>,
+}
+
+/// What a resumed run already used, so budgets stay hard across processes and a replayed
+/// script continues where the run stopped.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeState {
+    /// Spend so far.
+    pub spent: Spend,
+    /// Wall-clock time the run has worked.
+    pub elapsed: std::time::Duration,
+    /// The role of every model call made so far, in order.
+    pub roles: Vec<Role>,
+    /// Usage per role and model so far.
+    pub usage: Vec<(Role, String, UsageLine)>,
 }
 
 /// Routes each role's calls to its model, enforcing the run's budget.
@@ -393,10 +409,11 @@ impl Router {
                 client: c,
             })
         };
-        let mut router = Router::new(
-            PriceTable::new(settings.prices.clone()),
-            Budget::new(&settings.budget),
-        );
+        let budget = match &opts.resume {
+            Some(r) => Budget::resumed(&settings.budget, r.spent, r.elapsed),
+            None => Budget::new(&settings.budget),
+        };
+        let mut router = Router::new(PriceTable::new(settings.prices.clone()), budget);
         for (role, spec) in &specs {
             let primary = client(spec)?;
             let fallback = match settings.models.fallback.get(role.as_str()) {
@@ -411,6 +428,17 @@ impl Router {
                     spec: format!("models.fallback.{key}"),
                     message: format!("unknown role `{key}`"),
                 });
+            }
+        }
+        if let Some(r) = &opts.resume {
+            for role in &r.roles {
+                if let Some((primary, _)) = router.routes.get(role) {
+                    primary.client.skip_replayed(*role);
+                }
+            }
+            let mut usage = router.usage.lock().unwrap_or_else(|p| p.into_inner());
+            for (role, spec, line) in &r.usage {
+                usage.insert((*role, spec.clone()), line.clone());
             }
         }
         Ok(router)

@@ -244,6 +244,18 @@ impl ModelClient for ScriptedClient {
         &self.model
     }
 
+    fn skip_replayed(&self, role: Role) {
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = self
+            .lines
+            .iter()
+            .enumerate()
+            .position(|(i, (_, l))| !used[i] && l.role.is_none_or(|r| r == role))
+        {
+            used[i] = true;
+        }
+    }
+
     fn complete<'a>(
         &'a self,
         req: &'a Request,
@@ -315,6 +327,10 @@ impl ModelClient for RecordingClient {
 
     fn model(&self) -> &str {
         self.inner.model()
+    }
+
+    fn skip_replayed(&self, role: Role) {
+        self.inner.skip_replayed(role);
     }
 
     fn complete<'a>(

@@ -87,6 +87,10 @@ pub struct StartOptions {
     pub branch: Option<String>,
     /// Test command from a flag (beats config and detection).
     pub test_command: Option<String>,
+    /// `--model` flags, kept so `resume` uses the same models.
+    pub model_flags: Vec<String>,
+    /// `--sandbox` flag, kept so `resume` runs commands the same way.
+    pub sandbox: Option<String>,
 }
 
 /// What a run ended (or paused) with.
@@ -121,13 +125,24 @@ fn slug(text: &str) -> String {
         }
         s.push_str(&w.to_ascii_lowercase());
     }
-    s.chars().take(40).collect::<String>().trim_end_matches('-').to_string()
+    s.chars()
+        .take(40)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_string()
 }
 
 /// The default branch of a run: `agent/<issue>-<slug>` or `agent/<slug>-<id suffix>`.
 pub fn default_branch(prefix: &str, task: &Task, run_id: &str) -> String {
     let s = slug(task.goal.lines().next().unwrap_or(""));
-    let tail: String = run_id.chars().rev().take(6).collect::<String>().chars().rev().collect();
+    let tail: String = run_id
+        .chars()
+        .rev()
+        .take(6)
+        .collect::<String>()
+        .chars()
+        .rev()
+        .collect();
     let tail = tail.to_ascii_lowercase();
     match &task.origin {
         crate::task::Origin::Issue { number, .. } => format!("{prefix}{number}-{s}"),
@@ -176,6 +191,9 @@ pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Out
         approvals: Vec::new(),
         pr: None,
         audit_head: None,
+        model_flags: opts.model_flags.clone(),
+        sandbox_flag: opts.sandbox.clone(),
+        model_usage: Vec::new(),
         budget_spent: None,
         elapsed_ms: 0,
     };
@@ -200,12 +218,15 @@ pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Re
     let dir = svc.repo.run_dir(run_id);
     let rec = RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record of", &dir, e))?;
     let mut run = Active::open(svc, rec, dir, false)?;
+    run.resumed = true;
     if run.rec.state.is_terminal() {
         return Ok(run.outcome());
     }
     if run.rec.state == RunState::AwaitingApproval {
         let Some(pending) = run.rec.pending_approval.clone() else {
-            return Err(Error::Invalid("awaiting approval but nothing is pending".into()));
+            return Err(Error::Invalid(
+                "awaiting approval but nothing is pending".into(),
+            ));
         };
         if !approve {
             return Ok(run.outcome());
@@ -219,7 +240,10 @@ pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Re
         run.rec.state = back;
         run.save()?;
     }
-    run.audit(Kind::State, json!({"state": run.rec.state.as_str(), "resumed": true}))?;
+    run.audit(
+        Kind::State,
+        json!({"state": run.rec.state.as_str(), "resumed": true}),
+    )?;
     run.drive().await
 }
 
@@ -234,7 +258,8 @@ impl EventSink for AuditSink {
             ToolEvent::Policy(_) | ToolEvent::PlanGate { .. } => Kind::Policy,
             ToolEvent::PlanUpdated(_) | ToolEvent::FileChanged(_) => Kind::ToolResult,
         };
-        let data = serde_json::to_value(&event).unwrap_or_else(|e| json!({"unserializable": e.to_string()}));
+        let data = serde_json::to_value(&event)
+            .unwrap_or_else(|e| json!({"unserializable": e.to_string()}));
         if let Err(e) = self.audit.append(kind, data) {
             tracing::error!(error = %e, "cannot append a tool event to the audit log");
         }
@@ -251,6 +276,8 @@ struct Active<'a> {
     messages: Vec<Message>,
     test_from_flag: bool,
     started: std::time::Instant,
+    /// Continuing a run an earlier process started (its branch and worktree may exist).
+    resumed: bool,
 }
 
 impl<'a> Active<'a> {
@@ -261,7 +288,7 @@ impl<'a> Active<'a> {
             &rec.run_id,
             Arc::new(move |s: &str| redactor.redact(s)),
         )?;
-        if recovery.dropped_torn_tail.is_some() {
+        if recovery.torn_tail.is_some() {
             tracing::warn!(run = %rec.run_id, "the audit log's last line was torn by a crash; continuing the chain after the last whole event");
         }
         let messages = match std::fs::read(dir.join(files::CONVERSATION)) {
@@ -278,6 +305,7 @@ impl<'a> Active<'a> {
             messages,
             test_from_flag,
             started: std::time::Instant::now(),
+            resumed: false,
         })
     }
 
@@ -300,8 +328,8 @@ impl<'a> Active<'a> {
     /// Persist the record (and conversation), then mirror the run directory to its ref.
     fn save(&mut self) -> Result<()> {
         self.rec.audit_head = Some(self.audit.head()?);
-        let spent = self.svc.router.spent();
-        self.rec.budget_spent = Some(spent);
+        self.rec.budget_spent = Some(self.svc.router.spent());
+        self.rec.model_usage = self.svc.router.usage();
         self.rec.usage = usage_lines(&self.svc.router);
         let text = serde_json::to_string(&self.messages).unwrap_or_else(|_| "[]".into());
         let text = self.svc.redactor.redact(&text);
@@ -322,7 +350,10 @@ impl<'a> Active<'a> {
                     self.rec.state
                 )));
             }
-            self.audit(Kind::State, json!({"from": self.rec.state.as_str(), "state": next.as_str()}))?;
+            self.audit(
+                Kind::State,
+                json!({"from": self.rec.state.as_str(), "state": next.as_str()}),
+            )?;
             self.rec.state = next;
         }
         self.save()?;
@@ -344,7 +375,9 @@ impl<'a> Active<'a> {
             }
             Err(e) => {
                 // A harness fault: record it and end the run, keeping the evidence.
-                self.rec.notes.push(format!("The run stopped on an error: {e}"));
+                self.rec
+                    .notes
+                    .push(format!("The run stopped on an error: {e}"));
                 let _ = self.transition(RunState::Failed);
                 self.finish_report()?;
                 return Err(e);
@@ -389,7 +422,8 @@ impl<'a> Active<'a> {
                 RunState::Editing | RunState::Fixing => {
                     self.prepare_worktree()?;
                     self.code().await?;
-                    if self.rec.state == RunState::AwaitingApproval || self.rec.state.is_terminal() {
+                    if self.rec.state == RunState::AwaitingApproval || self.rec.state.is_terminal()
+                    {
                         return Ok(());
                     }
                 }
@@ -409,7 +443,7 @@ impl<'a> Active<'a> {
         if self.worktree.is_some() {
             return Ok(());
         }
-        let resuming = self.rec.state != RunState::Queued;
+        let resuming = self.resumed;
         let req = WorktreeRequest {
             run_id: self.rec.run_id.clone(),
             branch: self.rec.branch.clone(),
@@ -435,8 +469,10 @@ impl<'a> Active<'a> {
         }
         self.rec.worktree = wt.path().to_path_buf();
         let policy = Arc::new(Policy::from_config(&self.svc.config)?);
-        let executor: Arc<dyn Executor> =
-            Arc::new(LocalExecutor::new(wt.path(), self.svc.exec_options.clone())?);
+        let executor: Arc<dyn Executor> = Arc::new(LocalExecutor::new(
+            wt.path(),
+            self.svc.exec_options.clone(),
+        )?);
         let sink = Arc::new(AuditSink {
             audit: self.audit.clone(),
         });
@@ -464,11 +500,11 @@ impl<'a> Active<'a> {
         } else {
             None
         };
-        let config = self
-            .rec
-            .test_command
-            .as_deref()
-            .or(self.svc.config.settings.verify.test.as_deref());
+        let config =
+            self.rec
+                .test_command
+                .as_deref()
+                .or(self.svc.config.settings.verify.test.as_deref());
         Ok(verify::resolve(&wt, flag, config)?)
     }
 
@@ -487,9 +523,16 @@ impl<'a> Active<'a> {
     }
 
     /// Run the test command once and read it.
-    async fn run_tests(&mut self, cmd: &TestCommand, when: &str) -> Result<(Observation, VerifyLine)> {
+    async fn run_tests(
+        &mut self,
+        cmd: &TestCommand,
+        when: &str,
+    ) -> Result<(Observation, VerifyLine)> {
         let executor = self.executor()?;
-        let timeout = Duration::from_secs(u64::from(self.svc.config.settings.verify.timeout_minutes.max(1)) * 60);
+        let since = std::time::SystemTime::now();
+        let timeout = Duration::from_secs(
+            u64::from(self.svc.config.settings.verify.timeout_minutes.max(1)) * 60,
+        );
         let out = executor
             .run(ExecRequest::shell(cmd.command.clone()).timeout(timeout))
             .await?;
@@ -503,7 +546,8 @@ impl<'a> Active<'a> {
             Termination::Exited(c) => Some(c),
             _ => None,
         };
-        let junit = verify::read_junit_reports(cmd.runner, &self.rec.worktree).unwrap_or_default();
+        let junit =
+            verify::read_junit_reports(&self.rec.worktree, cmd.runner, since).unwrap_or_default();
         let obs = verify::observe(
             cmd,
             &RunResult {
@@ -518,7 +562,12 @@ impl<'a> Active<'a> {
                 Some(r) if !r.failed.is_empty() => format!(
                     "{} failed: {}",
                     r.failed.len(),
-                    r.failed.iter().take(5).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                    r.failed
+                        .iter()
+                        .take(5)
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 Some(r) => format!("{} passed, {} failed", r.counts.passed, r.counts.failed),
                 None => match exit_code {
@@ -532,7 +581,11 @@ impl<'a> Active<'a> {
         let excerpt = if obs.exit_code == Some(0) {
             String::new()
         } else {
-            self.svc.redactor.redact(&verify::failure_summary(obs.report.as_ref(), &text, FAILURE_SUMMARY_BYTES))
+            self.svc.redactor.redact(&verify::failure_summary(
+                obs.report.as_ref(),
+                &text,
+                FAILURE_SUMMARY_BYTES,
+            ))
         };
         let line = VerifyLine {
             when: when.to_string(),
@@ -544,7 +597,7 @@ impl<'a> Active<'a> {
         };
         self.audit(
             Kind::Verify,
-            json!({"when": when, "command": cmd.command, "status": out.status, "duration_ms": line.duration_ms, "decision": decision, "dropped_bytes": out.stdout.dropped() + out.stderr.dropped()}),
+            json!({"when": when, "command": cmd.command, "status": out.status, "duration_ms": line.duration_ms, "decision": decision, "dropped_bytes": out.stdout.dropped + out.stderr.dropped}),
         )?;
         self.progress(RunEvent::Verified {
             when: when.to_string(),
@@ -576,7 +629,13 @@ impl<'a> Active<'a> {
                 }
             })
             .unwrap_or_default();
-        prompt::first_message(&goal, &instructions, &map, self.rec.test_command.as_deref(), &baseline)
+        prompt::first_message(
+            &goal,
+            &instructions,
+            &map,
+            self.rec.test_command.as_deref(),
+            &baseline,
+        )
     }
 
     fn project_map(&self, goal: &str) -> String {
@@ -596,11 +655,15 @@ impl<'a> Active<'a> {
         let mut idle = 0;
         loop {
             let specs = self.specs(Some(&read_only));
-            let reply = self.call(Role::Planner, prompt::planner_system(), specs).await?;
+            let reply = self
+                .call(Role::Planner, prompt::planner_system(), specs)
+                .await?;
             if reply.tool_calls.is_empty() {
                 idle += 1;
                 if idle >= MAX_IDLE_REPLIES {
-                    self.rec.notes.push("The planner never called update_plan.".into());
+                    self.rec
+                        .notes
+                        .push("The planner never called update_plan.".into());
                     self.transition(RunState::Failed)?;
                     return Ok(false);
                 }
@@ -613,7 +676,11 @@ impl<'a> Active<'a> {
             idle = 0;
             for call in &reply.tool_calls {
                 if !read_only.contains(&call.name.as_str()) {
-                    self.tool_result(call, "The planner may only read and call update_plan.".into(), true);
+                    self.tool_result(
+                        call,
+                        "The planner may only read and call update_plan.".into(),
+                        true,
+                    );
                     continue;
                 }
                 match self.dispatch(call).await? {
@@ -640,7 +707,9 @@ impl<'a> Active<'a> {
         let mut idle = 0;
         loop {
             let specs = self.specs(None);
-            let reply = self.call(Role::Coder, prompt::coder_system(), specs).await?;
+            let reply = self
+                .call(Role::Coder, prompt::coder_system(), specs)
+                .await?;
             if reply.tool_calls.is_empty() {
                 idle += 1;
                 if idle >= MAX_IDLE_REPLIES {
@@ -681,7 +750,11 @@ impl<'a> Active<'a> {
                     .unwrap_or("")
                     .trim()
                     .to_string();
-                self.tool_result(&call, "Verifying: the harness runs the tests now.".into(), false);
+                self.tool_result(
+                    &call,
+                    "Verifying: the harness runs the tests now.".into(),
+                    false,
+                );
                 self.save()?;
                 return self.verify_and_decide().await;
             }
@@ -738,7 +811,9 @@ impl<'a> Active<'a> {
             self.checkpoint("verified")?;
             failpoint("after-commit");
             if self.rec.commits.is_empty() {
-                self.rec.notes.push("The tests pass but the run changed nothing.".into());
+                self.rec
+                    .notes
+                    .push("The tests pass but the run changed nothing.".into());
             }
             self.transition(RunState::Succeeded)?;
             return Ok(());
@@ -776,12 +851,22 @@ impl<'a> Active<'a> {
             ("Agent-Step".to_string(), step.to_string()),
             ("Audit-Head".to_string(), head.hash.clone()),
         ];
-        if let Some(co) = self.rec.task.requested_by.as_ref().and_then(|p| p.co_author()) {
+        if let Some(co) = self
+            .rec
+            .task
+            .requested_by
+            .as_ref()
+            .and_then(|p| p.co_author())
+        {
             trailers.push(("Co-authored-by".to_string(), co));
         }
         let subject = format!(
             "agent: {}",
-            strip_hidden_text(self.rec.task.goal.lines().next().unwrap_or("change")).text.chars().take(64).collect::<String>()
+            strip_hidden_text(self.rec.task.goal.lines().next().unwrap_or("change"))
+                .text
+                .chars()
+                .take(64)
+                .collect::<String>()
         );
         let git = &self.svc.config.settings.git;
         let id = wt
@@ -796,17 +881,35 @@ impl<'a> Active<'a> {
             .map(|id| id.to_string());
         if let Some(id) = id {
             // A token in the diff blocks the push: undo the commit and say so, redacted.
-            let diff = self.svc.repo.diff(self.svc.repo.resolve(&self.rec.base_sha)?, self.svc.repo.resolve(&id)?)?;
+            let diff = self.svc.repo.diff(
+                self.svc.repo.resolve(&self.rec.base_sha)?,
+                self.svc.repo.resolve(&id)?,
+            )?;
             let findings = crate::audit::redact::scan_diff(&diff.unified(), &self.svc.redactor);
             if !findings.is_empty() {
-                let prev = self.rec.commits.last().cloned().unwrap_or(self.rec.base_sha.clone());
+                let prev = self
+                    .rec
+                    .commits
+                    .last()
+                    .cloned()
+                    .unwrap_or(self.rec.base_sha.clone());
                 wt.rollback_to(self.svc.repo.resolve(&prev)?)?;
-                self.audit(Kind::Policy, json!({"blocked": "secret in diff", "findings": findings}))?;
+                self.audit(
+                    Kind::Policy,
+                    json!({"blocked": "secret in diff", "findings": findings}),
+                )?;
                 return Err(Error::SecretInDiff(
-                    findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("; "),
+                    findings
+                        .iter()
+                        .map(|f| format!("{}:{} {} `{}`", f.path, f.line, f.kind, f.redacted))
+                        .collect::<Vec<_>>()
+                        .join("; "),
                 ));
             }
-            self.audit(Kind::Commit, json!({"commit": id, "step": step, "why": why}))?;
+            self.audit(
+                Kind::Commit,
+                json!({"commit": id, "step": step, "why": why}),
+            )?;
             self.rec.commits.push(id);
             self.save()?;
         }
@@ -833,7 +936,12 @@ impl<'a> Active<'a> {
         specs
     }
 
-    async fn call(&mut self, role: Role, system: String, tools: Vec<model::ToolSpec>) -> Result<model::Reply> {
+    async fn call(
+        &mut self,
+        role: Role,
+        system: String,
+        tools: Vec<model::ToolSpec>,
+    ) -> Result<model::Reply> {
         let mut req = Request::new(self.messages.clone(), MAX_OUTPUT_TOKENS);
         req.system = Some(system);
         req.tools = tools;
@@ -845,15 +953,24 @@ impl<'a> Active<'a> {
         let out = match result {
             Ok(out) => out,
             Err(e) => {
-                self.audit(Kind::ModelCall, json!({"role": role.as_str(), "error": e.to_string()}))?;
+                self.audit(
+                    Kind::ModelCall,
+                    json!({"role": role.as_str(), "error": e.to_string()}),
+                )?;
                 return Err(e.into());
             }
         };
         self.rec.turns += 1;
         self.rec.roles_called.push(role);
-        self.audit(Kind::ModelCall, serde_json::to_value(&out.record).unwrap_or_default())?;
+        self.audit(
+            Kind::ModelCall,
+            serde_json::to_value(&out.record).unwrap_or_default(),
+        )?;
         let line = serde_json::to_string(&out.transcript).unwrap_or_default();
-        append_line(&self.dir.join(files::TRANSCRIPT), &self.svc.redactor.redact(&line))?;
+        append_line(
+            &self.dir.join(files::TRANSCRIPT),
+            &self.svc.redactor.redact(&line),
+        )?;
         self.messages.push(Message::from_reply(&out.reply));
         self.save()?;
         self.progress(RunEvent::Spend {
@@ -880,7 +997,10 @@ impl<'a> Active<'a> {
     }
 
     async fn dispatch(&mut self, call: &model::ToolCall) -> Result<Dispatched> {
-        self.audit(Kind::ToolCall, json!({"id": call.id, "name": call.name, "arguments": call.arguments}))?;
+        self.audit(
+            Kind::ToolCall,
+            json!({"id": call.id, "name": call.name, "arguments": call.arguments}),
+        )?;
         let detail = ["path", "command", "pattern"]
             .iter()
             .find_map(|k| call.arguments.get(*k).and_then(|v| v.as_str()))
@@ -899,7 +1019,10 @@ impl<'a> Active<'a> {
                 true,
             ));
         }
-        match registry.dispatch(ctx, &call.name, call.arguments.clone()).await {
+        match registry
+            .dispatch(ctx, &call.name, call.arguments.clone())
+            .await
+        {
             Ok(out) => Ok(Dispatched::Done(out.content, false)),
             Err(ToolError::ToModel(msg)) => Ok(Dispatched::Done(msg, true)),
             Err(ToolError::AwaitingApproval(approval)) => {
@@ -915,7 +1038,9 @@ impl<'a> Active<'a> {
                     resume_state,
                 });
                 // The model is told on resume; its call stays unanswered until then.
-                self.messages.pop_if(|m| matches!(m, Message::Assistant { .. }));
+                if matches!(self.messages.last(), Some(Message::Assistant { .. })) {
+                    self.messages.pop();
+                }
                 self.rec.turns = self.rec.turns.saturating_sub(1);
                 self.rec.roles_called.pop();
                 self.transition(RunState::AwaitingApproval)?;
@@ -940,12 +1065,6 @@ impl<'a> Active<'a> {
                 .filter(|f| !plan.names(&f.path))
                 .map(|f| f.path.clone())
                 .collect();
-        }
-        if let Some(wt) = &self.worktree
-            && !self.rec.state.is_terminal()
-            && self.rec.state != RunState::AwaitingApproval
-        {
-            let _ = wt;
         }
         if let Some(wt) = &self.worktree
             && self.rec.state != RunState::Succeeded

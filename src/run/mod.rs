@@ -4,8 +4,14 @@
 //! role, never a model; it acts only through tools under the policy; it decides success only
 //! from the verification command's results, never from a model's opinion.
 
+mod context;
+pub mod engine;
+mod error;
+mod prompt;
 pub mod record;
 pub mod report;
 pub mod state;
+mod tools;
 
+pub use error::{Error, Result};
 pub use state::RunState;

@@ -114,7 +114,10 @@ mod tests {
         let ins = repository_instructions(dir.path());
         assert!(ins.len() < 9_000, "{}", ins.len());
         assert!(ins.contains("[… cut]"));
-        assert!(!ins.contains("root:"), "symlinked instruction files are not followed");
+        assert!(
+            !ins.contains("root:"),
+            "symlinked instruction files are not followed"
+        );
         let m = first_message("fix it", &ins, "src/lib.rs", Some("cargo test"), "1 failed");
         assert!(m.starts_with("<request>\nfix it\n</request>"));
         assert!(m.contains("Test command: `cargo test`"));

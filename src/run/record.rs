@@ -103,6 +103,12 @@ pub struct RunRecord {
     pub pr: Option<PrRef>,
     /// The audit chain's head as of the last save, so a cut-off log is detected.
     pub audit_head: Option<crate::audit::chain::Head>,
+    /// `--model` flags the run was started with.
+    pub model_flags: Vec<String>,
+    /// `--sandbox` flag the run was started with.
+    pub sandbox_flag: Option<String>,
+    /// Usage per role and model, to restore the router's accounts on resume.
+    pub model_usage: Vec<(crate::model::Role, String, crate::model::UsageLine)>,
     /// Model spend so far, to restore the budget on resume.
     pub budget_spent: Option<crate::model::Spend>,
     /// Wall-clock milliseconds the run has worked, over all its processes.
@@ -185,7 +191,11 @@ impl RunRecord {
 }
 
 fn first_line(s: &str) -> String {
-    let line = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     let mut out: String = line.chars().take(200).collect();
     if line.chars().count() > 200 {
         out.push('…');

@@ -12,31 +12,7 @@ use serde::{Deserialize, Serialize};
 /// GitHub's limit on a pull request body, in characters.
 pub const MAX_BODY: usize = 65_536;
 
-/// Status of one plan step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum StepStatus {
-    /// Not started.
-    #[default]
-    Pending,
-    /// Being worked on.
-    InProgress,
-    /// Finished.
-    Done,
-    /// Dropped.
-    Skipped,
-}
-
-/// One plan step as the report shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanLine {
-    /// What the step does.
-    pub title: String,
-    /// Files it names.
-    pub files: Vec<String>,
-    /// Where it stands.
-    pub status: StepStatus,
-}
+pub use crate::tools::{PlanStep as PlanLine, StepStatus};
 
 /// One run of the verification command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,7 +128,9 @@ pub fn render(r: &ReportInput) -> String {
     let verdict = match r.state.as_str() {
         "succeeded" => "Draft for review; verified by the project's tests.",
         "failed" => "Draft for review; **verification did not pass** — see below.",
-        "budget_exhausted" => "Draft for review; **the budget ran out** before verification passed.",
+        "budget_exhausted" => {
+            "Draft for review; **the budget ran out** before verification passed."
+        }
         "awaiting_approval" => "**Paused: waiting for approval** — see below.",
         "cancelled" => "**Cancelled.**",
         _ => "In progress.",
@@ -199,7 +177,10 @@ pub fn render(r: &ReportInput) -> String {
     let changes = if r.diffstat.trim().is_empty() {
         "\n### Changes\n_No changes._\n".to_string()
     } else {
-        format!("\n### Changes\n```\n{}```\n", cut(&r.diffstat, 6000, &pointer))
+        format!(
+            "\n### Changes\n```\n{}```\n",
+            cut(&r.diffstat, 6000, &pointer)
+        )
     };
 
     let mut verify = String::from("\n### Verification\n");
@@ -287,8 +268,8 @@ pub fn render(r: &ReportInput) -> String {
         r.audit.len()
     );
     let audit_close = "```\n</details>\n";
-    let room = MAX_BODY
-        .saturating_sub(fixed + audit_open.chars().count() + audit_close.len() + 200);
+    let room =
+        MAX_BODY.saturating_sub(fixed + audit_open.chars().count() + audit_close.len() + 200);
     let audit_text = cut(
         &r.audit
             .iter()
@@ -403,7 +384,12 @@ mod tests {
 
     #[test]
     fn report_snapshots_per_final_state() {
-        for state in ["succeeded", "failed", "budget_exhausted", "awaiting_approval"] {
+        for state in [
+            "succeeded",
+            "failed",
+            "budget_exhausted",
+            "awaiting_approval",
+        ] {
             let body = render(&sample(state));
             insta::assert_snapshot!(format!("report_{state}"), body);
         }
@@ -434,7 +420,9 @@ mod tests {
     #[test]
     fn huge_reports_are_cut_to_the_limit_with_a_pointer() {
         let mut r = sample("failed");
-        r.audit = (0..20_000).map(|i| format!("{i} tool_call read_file src/{i}.rs")).collect();
+        r.audit = (0..20_000)
+            .map(|i| format!("{i} tool_call read_file src/{i}.rs"))
+            .collect();
         r.verification[0].excerpt = "x".repeat(200_000);
         r.diffstat = (0..5_000).map(|i| format!(" f{i}.rs | 1 +\n")).collect();
         r.plan = (0..2_000)

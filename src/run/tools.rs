@@ -50,15 +50,19 @@ impl Tool for RunCommand {
     fn call<'a>(&'a self, ctx: &'a ToolContext, args: serde_json::Value) -> ToolFuture<'a> {
         Box::pin(async move {
             let Some(command) = args.get("command").and_then(|c| c.as_str()) else {
-                return Err(ToolError::ToModel("`command` (a string) is required".into()));
+                return Err(ToolError::ToModel(
+                    "`command` (a string) is required".into(),
+                ));
             };
             let verdict = ctx.policy.judge_command(command, &ctx.approvals());
-            ctx.record(ToolEvent::Policy(crate::policy::PolicyEvent::Command(verdict.clone())));
+            ctx.record(ToolEvent::Policy(crate::policy::PolicyEvent::Command(
+                verdict.clone(),
+            )));
             match verdict.decision {
                 Decision::Forbid => {
                     return Err(ToolError::ToModel(format!(
                         "refused by policy: {}",
-                        verdict.explain()
+                        verdict.message()
                     )));
                 }
                 Decision::Ask => {
@@ -92,16 +96,20 @@ impl Tool for RunCommand {
             let stderr = out.stderr.to_text_lossy();
             if !stdout.is_empty() {
                 text.push_str("--- stdout\n");
-                text.push_str(&fit(&stdout, &ctx.limits));
+                text.push_str(&fit(&stdout, ctx.limits.max_bytes));
             }
             if !stderr.is_empty() {
                 text.push_str("\n--- stderr\n");
-                text.push_str(&fit(&stderr, &ctx.limits));
+                text.push_str(&fit(&stderr, ctx.limits.max_bytes));
             }
             if !out.blocked_hosts.is_empty() {
                 text.push_str(&format!(
                     "\nblocked network access to: {}",
-                    out.blocked_hosts.iter().map(|h| h.host.clone()).collect::<Vec<_>>().join(", ")
+                    out.blocked_hosts
+                        .iter()
+                        .map(|h| h.host.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
             }
             Ok(ToolOutput::text(text))

@@ -141,3 +141,58 @@ impl Repo {
         Ok(Some(blob.detach().data))
     }
 }
+
+impl Repo {
+    /// Create a repository at `dir` (which must be empty or missing) whose `main` branch has
+    /// one commit holding `files` (path, bytes), checked out with a matching index. Used by
+    /// `git agent demo` and by tests that need a repository without a `git` binary.
+    pub fn init_with_files(dir: &Path, files: &[(&str, &[u8])], message: &str) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(super::error::io_err("cannot create", dir))?;
+        let g = gix::init(dir).ctx(|| format!("creating a repository in {}", dir.display()))?;
+        let mut editor = g
+            .edit_tree(g.empty_tree().id)
+            .ctx(|| "editing an empty tree".to_string())?;
+        for (path, bytes) in files {
+            let id = g.write_blob(bytes).ctx(|| format!("writing {path}"))?;
+            editor
+                .upsert(*path, gix::object::tree::EntryKind::Blob, id)
+                .ctx(|| format!("adding {path}"))?;
+            let p = dir.join(path);
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(super::error::io_err("cannot create", parent))?;
+            }
+            std::fs::write(&p, bytes).map_err(super::error::io_err("cannot write", &p))?;
+        }
+        let tree = editor
+            .write()
+            .ctx(|| "writing the tree".to_string())?
+            .detach();
+        let sig = gix::actor::Signature {
+            name: "git-agent".into(),
+            email: "git-agent@localhost".into(),
+            time: gix::date::Time::now_utc(),
+        };
+        let mut buf = gix::date::parse::TimeBuf::default();
+        let s = sig.to_ref(&mut buf);
+        g.commit_as(
+            s,
+            s,
+            "refs/heads/main",
+            message,
+            tree,
+            None::<gix::ObjectId>,
+        )
+        .ctx(|| "writing the first commit".to_string())?;
+        std::fs::write(g.git_dir().join("HEAD"), "ref: refs/heads/main\n").map_err(
+            super::error::io_err("cannot write", g.git_dir().join("HEAD")),
+        )?;
+        let mut index = g
+            .index_from_tree(&tree)
+            .ctx(|| "building the index".to_string())?;
+        index
+            .write(Default::default())
+            .ctx(|| "writing the index".to_string())?;
+        Repo::open(dir)
+    }
+}

@@ -4,6 +4,7 @@ mod audit;
 mod config;
 mod exec;
 mod model;
+mod run;
 mod tools;
 mod verify;
 mod workspace;

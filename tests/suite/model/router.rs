@@ -280,6 +280,7 @@ async fn a_recorded_session_replays_offline_with_identical_tool_calls_and_state(
         &RouterOptions {
             model_flags: vec![],
             record: Some(rec.clone()),
+            resume: None,
         },
         &env,
     )

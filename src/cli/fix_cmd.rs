@@ -1,0 +1,312 @@
+//! `git agent fix`, `plan`, `resume` and `demo`: the run from a terminal.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+
+use super::context;
+use super::exit;
+use crate::audit::redact::Redactor;
+use crate::config::{Config, Layer, Source};
+use crate::exec::ExecOptions;
+use crate::model::{ResumeState, Router, RouterOptions};
+use crate::run::RunState;
+use crate::run::engine::{self, Outcome, RunEvent, Services, StartOptions};
+use crate::run::record::RunRecord;
+use crate::task::{Mode, Origin, Person, Task};
+use crate::workspace::Repo;
+
+/// Inputs shared by `fix` and `plan`.
+#[derive(Debug, clap::Args)]
+pub struct FixArgs {
+    /// What to do, in words (or give --issue-file).
+    pub goal: Option<String>,
+    /// A file holding the issue text (title on the first line, then the body).
+    #[arg(long, value_name = "F", conflicts_with = "goal")]
+    pub issue_file: Option<PathBuf>,
+    /// Base ref to branch from (default: origin/HEAD, else HEAD).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Branch to create (default: agent/<slug>).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// The test command (default: from config, else detected).
+    #[arg(long, value_name = "CMD")]
+    pub test_cmd: Option<String>,
+    /// `ROLE=PROVIDER:MODEL` or `PROVIDER:MODEL` for every role; repeatable.
+    #[arg(long = "model", value_name = "SPEC")]
+    pub models: Vec<String>,
+    /// Spend cap in USD.
+    #[arg(long, value_name = "X")]
+    pub max_usd: Option<f64>,
+    /// Model-call cap.
+    #[arg(long, value_name = "N")]
+    pub max_turns: Option<u32>,
+    /// Where the pull request goes: `local` writes pr.md in the run record.
+    #[arg(long, default_value = "local", value_parser = ["local"])]
+    pub forge: String,
+    /// Sandbox for commands: auto, landlock, bwrap, or off (an explicit, audited opt-out).
+    #[arg(long, value_name = "MODE")]
+    pub sandbox: Option<String>,
+    /// Write every model reply to PATH in the script format, to replay the run offline.
+    #[arg(long, value_name = "PATH")]
+    pub record: Option<PathBuf>,
+    /// The repository (default: the current directory's).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+    /// Print one JSON object instead of progress.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `git agent resume`.
+#[derive(Debug, clap::Args)]
+pub struct ResumeArgs {
+    /// Run id or unique prefix.
+    pub run: String,
+    /// Approve the pending request of a run awaiting approval.
+    #[arg(long)]
+    pub approve: bool,
+    /// `ROLE=PROVIDER:MODEL` (as given to `fix`); repeatable.
+    #[arg(long = "model", value_name = "SPEC")]
+    pub models: Vec<String>,
+    /// Sandbox mode, as for `fix`.
+    #[arg(long, value_name = "MODE")]
+    pub sandbox: Option<String>,
+    /// The repository (default: the current directory's).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn flag(key: &str, value: String, name: &str) -> Layer {
+    Layer::Value {
+        key: key.into(),
+        value,
+        origin: Source::Flag { flag: name.into() },
+    }
+}
+
+fn flag_layers(
+    test_cmd: Option<&String>,
+    max_usd: Option<f64>,
+    max_turns: Option<u32>,
+    sandbox: Option<&String>,
+) -> Vec<Layer> {
+    let mut v = Vec::new();
+    if let Some(t) = test_cmd {
+        // Quoted so that a command like `make test` stays a string.
+        v.push(flag("verify.test", toml_string(t), "--test-cmd"));
+    }
+    if let Some(x) = max_usd {
+        v.push(flag("budget.max_usd", x.to_string(), "--max-usd"));
+    }
+    if let Some(n) = max_turns {
+        v.push(flag("budget.max_turns", n.to_string(), "--max-turns"));
+    }
+    if let Some(s) = sandbox {
+        v.push(flag("sandbox.mode", toml_string(s), "--sandbox"));
+    }
+    v
+}
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn who() -> Person {
+    let login = std::env::var("USER").unwrap_or_else(|_| "local".into());
+    Person {
+        login,
+        name: None,
+        email: None,
+    }
+}
+
+/// Everything `fix` and `resume` share: services over the resolved config.
+fn services(
+    repo: Repo,
+    cfg: Config,
+    models: &[String],
+    record: Option<PathBuf>,
+    resume: Option<ResumeState>,
+    json: bool,
+) -> anyhow::Result<Services> {
+    let env = |k: &str| std::env::var(k).ok();
+    let router = Router::from_settings(
+        &cfg.settings,
+        &RouterOptions {
+            model_flags: models.to_vec(),
+            record,
+            resume,
+        },
+        &env,
+    )?;
+    if router.spec(crate::model::Role::Coder).is_none() {
+        bail!(
+            "no model is configured: pass --model PROVIDER:MODEL (e.g. openai:gpt-5, ollama:qwen2.5-coder, scripted:run.jsonl) or set [models] coder in your config"
+        );
+    }
+    let mut key_names: Vec<String> = Vec::new();
+    for p in [
+        &cfg.settings.providers.openai,
+        &cfg.settings.providers.anthropic,
+        &cfg.settings.providers.ollama,
+    ] {
+        if let Some(k) = &p.api_key_env {
+            key_names.push(k.clone());
+        }
+    }
+    let redactor = Redactor::from_process_env(&key_names)?;
+    let exec_options = ExecOptions::from_settings(&cfg.settings);
+    Ok(Services {
+        config: cfg,
+        repo,
+        router: Arc::new(router),
+        redactor: Arc::new(redactor),
+        progress: progress_printer(json),
+        exec_options,
+        warm_pool: true,
+    })
+}
+
+/// Progress lines on stderr (nothing with `--json`, where stdout is the result).
+fn progress_printer(json: bool) -> Arc<dyn Fn(&RunEvent) + Send + Sync> {
+    let tty = std::io::stderr().is_terminal();
+    Arc::new(move |e: &RunEvent| {
+        if json && !tty {
+            return;
+        }
+        let line = match e {
+            RunEvent::State(s) => format!("▸ {s}"),
+            RunEvent::Turn { role, n } => format!("  turn {n}: {role}"),
+            RunEvent::Tool { name, detail } => {
+                let d: String = detail.chars().take(100).collect();
+                format!("    {name} {d}")
+            }
+            RunEvent::Verified { when, result } => format!("  tests ({when}): {result}"),
+            RunEvent::Spend { usd } if *usd > 0.0 => format!("    spent ${usd:.2}"),
+            RunEvent::Spend { .. } => return,
+        };
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    })
+}
+
+fn exit_code(state: RunState) -> u8 {
+    match state {
+        RunState::Succeeded => exit::SUCCEEDED,
+        RunState::BudgetExhausted => exit::BUDGET,
+        RunState::AwaitingApproval => exit::AWAITING_APPROVAL,
+        _ => exit::FAILED,
+    }
+}
+
+fn print_outcome(o: &Outcome, json: bool) -> anyhow::Result<u8> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", super::runs_cmd::summary_json(&o.record))?;
+    } else {
+        let r = &o.record;
+        writeln!(out, "run {} {}", r.run_id, r.state)?;
+        writeln!(out, "  branch  {}", r.branch)?;
+        for c in &r.commits {
+            writeln!(out, "  commit  {c}")?;
+        }
+        for n in &r.notes {
+            writeln!(out, "  note    {n}")?;
+        }
+        if let Some(crate::run::record::PrRef::Path(p)) = &r.pr {
+            writeln!(out, "  report  {}", p.display())?;
+        }
+        writeln!(out, "  audit   git agent log {}", r.run_id)?;
+    }
+    Ok(exit_code(o.record.state))
+}
+
+fn goal_text(args: &FixArgs) -> anyhow::Result<String> {
+    match (&args.goal, &args.issue_file) {
+        (Some(g), _) if !g.trim().is_empty() => Ok(g.clone()),
+        (_, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read the issue file {}", f.display())),
+        _ => bail!("say what to do: `git agent fix \"…\"` or `--issue-file F`"),
+    }
+}
+
+/// `git agent fix` and `git agent plan`.
+pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
+    let goal = goal_text(&args)?;
+    let repo = context::open_repo(args.repo.as_deref())?;
+    let base = args
+        .base
+        .clone()
+        .unwrap_or_else(|| context::default_base(&repo));
+    let cfg = context::load_config(
+        Some((&repo, &base)),
+        None,
+        flag_layers(
+            args.test_cmd.as_ref(),
+            args.max_usd,
+            args.max_turns,
+            args.sandbox.as_ref(),
+        ),
+    )?;
+    let svc = services(
+        repo,
+        cfg,
+        &args.models,
+        args.record.clone(),
+        None,
+        args.json,
+    )?;
+    let task = Task {
+        goal,
+        mode,
+        origin: Origin::Cli,
+        repo: None,
+        base,
+        branch: None,
+        requested_by: Some(who()),
+        key: String::new(),
+    };
+    let opts = StartOptions {
+        branch: args.branch.clone(),
+        test_command: args.test_cmd.clone(),
+        model_flags: args.models.clone(),
+        sandbox: args.sandbox.clone(),
+    };
+    let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let outcome = rt.block_on(engine::start(&svc, task, opts))?;
+    print_outcome(&outcome, args.json)
+}
+
+/// `git agent resume`.
+pub fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
+    let repo = context::open_repo(args.repo.as_deref())?;
+    let (id, dir) = super::runs_cmd::find_run(&repo, &args.run)?;
+    let rec = RunRecord::load(&dir).with_context(|| format!("reading the record of {id}"))?;
+    let sandbox = args.sandbox.clone().or(rec.sandbox_flag.clone());
+    let cfg = context::load_config(
+        Some((&repo, &rec.base_sha)),
+        None,
+        flag_layers(rec.test_command.as_ref(), None, None, sandbox.as_ref()),
+    )?;
+    let models = if args.models.is_empty() {
+        rec.model_flags.clone()
+    } else {
+        args.models.clone()
+    };
+    let resume = ResumeState {
+        spent: rec.budget_spent.unwrap_or_default(),
+        elapsed: std::time::Duration::from_millis(rec.elapsed_ms),
+        roles: rec.roles_called.clone(),
+        usage: rec.model_usage.clone(),
+    };
+    let svc = services(repo, cfg, &models, None, Some(resume), args.json)?;
+    let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let outcome = rt.block_on(engine::resume(&svc, &id, args.approve, &who().login))?;
+    print_outcome(&outcome, args.json)
+}
