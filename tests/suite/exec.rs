@@ -551,3 +551,25 @@ async fn failed_command_and_signals_are_reported() {
         .unwrap_err();
     assert!(err.to_string().contains("/nonexistent/program"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cargo_builds_and_tests_a_crate_inside_the_sandbox() {
+    // The verification command of a Rust project must work with network off, HOME private
+    // and the toolchain read-only.
+    let (_d, root) = repo();
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[package]\nname = \"sbx\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("src")).unwrap();
+    std::fs::write(
+        root.join("src/lib.rs"),
+        "#[test]\nfn adds() { assert_eq!(1 + 1, 2); }\n",
+    )
+    .unwrap();
+    let exec = LocalExecutor::new(&root, opts(SandboxMode::Landlock, NetworkMode::Off)).unwrap();
+    let out = sh(&exec, "cargo test --offline -q 2>&1").await;
+    assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
+    assert!(text(&out).contains("1 passed"), "{}", text(&out));
+}
