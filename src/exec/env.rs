@@ -46,10 +46,25 @@ pub fn sandbox_env<I>(
 where
     I: IntoIterator<Item = (String, String)>,
 {
+    let parent: Vec<(String, String)> = parent.into_iter().collect();
+    let real_home = parent
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| std::path::PathBuf::from(v));
     let mut env: Vec<(String, String)> = parent
         .into_iter()
         .filter(|(k, _)| pass.iter().any(|p| p == k) && !is_secret_name(k))
         .collect();
+    // HOME moves to the private dir, so toolchains found through it (rustup's default
+    // ~/.cargo and ~/.rustup) are named explicitly, read-only like everything outside.
+    if let Some(h) = real_home {
+        for (var, dir) in [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup")] {
+            let p = h.join(dir);
+            if pass.iter().any(|x| x == var) && !env.iter().any(|(k, _)| k == var) && p.is_dir() {
+                env.push((var.to_string(), p.display().to_string()));
+            }
+        }
+    }
     let mut set = |k: &str, v: String, overwrite: bool| {
         if let Some(slot) = env.iter_mut().find(|(n, _)| n == k) {
             if overwrite {
