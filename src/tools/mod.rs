@@ -275,6 +275,27 @@ impl Registry {
     }
 }
 
+/// Judge a command line for the `run` tool (or any tool that runs commands): the verdict is
+/// recorded as a policy event; `forbid` goes back to the model, `ask` (without a matching
+/// approval in the context) becomes [`ToolError::AwaitingApproval`] carrying the pending
+/// [`Approval`] for the run to persist; `allow` returns the verdict so the caller can run the
+/// command (and record its risk).
+pub fn authorize_command(
+    ctx: &ToolContext,
+    tool: &str,
+    line: &str,
+) -> Result<crate::policy::CommandVerdict> {
+    let verdict = ctx.policy.judge_command(line, &ctx.approvals());
+    ctx.record(ToolEvent::Policy(PolicyEvent::Command(verdict.clone())));
+    match verdict.decision {
+        crate::config::Decision::Allow => Ok(verdict),
+        crate::config::Decision::Forbid => Err(ToolError::ToModel(verdict.message())),
+        crate::config::Decision::Ask => Err(ToolError::AwaitingApproval(Box::new(
+            verdict.approval_request(tool),
+        ))),
+    }
+}
+
 /// Parse a tool's arguments, or tell the model what was wrong with them.
 pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(
     tool: &str,
