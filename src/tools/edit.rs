@@ -181,6 +181,9 @@ fn find_and_apply(text: &str, old: &str, new: &str, eol: &str) -> Result<Applied
         match found.len() {
             0 => continue,
             1 => {
+                if let Some(lines) = indentation_twins(text, found[0], &needle) {
+                    return Err(ambiguous(lines));
+                }
                 let (at, end) =
                     absorb_edge_blanks(text, found[0], found[0] + needle.len(), old, new);
                 let replacement = to_eol(new, eol);
@@ -242,6 +245,45 @@ fn find_and_apply(text: &str, old: &str, new: &str, eol: &str) -> Result<Applied
         Typo::None => {}
     }
     Err(not_found(&file, &old_l.lines))
+}
+
+/// For an exact match of whole lines: the start lines of every place where the same lines
+/// appear at another indentation, if there are any. Models often get indentation wrong, so an
+/// exact match with an indentation-shifted twin elsewhere is ambiguous.
+fn indentation_twins(text: &str, at: usize, needle: &str) -> Option<Vec<usize>> {
+    let line_start = at == 0 || text[..at].ends_with('\n');
+    let lines = split_lines(needle);
+    let nonblank = lines.lines.iter().filter(|l| !l.trim().is_empty()).count();
+    if !line_start || nonblank == 0 {
+        return None;
+    }
+    let file = FileLines::new(text);
+    let level = Level {
+        norm: Norm::Trim,
+        skip_blanks: false,
+        kind: MatchKind::Indentation,
+    };
+    let cands = find_candidates(&file, &lines.lines, level);
+    if cands.len() <= 1 {
+        return None;
+    }
+    let exact_line = line_of(text, at);
+    let exact_end = exact_line + lines.lines.len();
+    // Windows overlapping the exact match (runs of closing brackets shifted by one line) are
+    // not other places.
+    let mut starts: Vec<usize> = cands
+        .iter()
+        .map(|c| c.start + 1)
+        .filter(|&s| s == exact_line || s + lines.lines.len() <= exact_line || s >= exact_end)
+        .collect();
+    if starts.len() <= 1 {
+        return None;
+    }
+    if !starts.contains(&exact_line) {
+        starts.push(exact_line);
+    }
+    starts.sort_unstable();
+    Some(starts)
 }
 
 /// Blank lines at the start and at the end of a text (whole lines only).
@@ -538,7 +580,13 @@ fn indent_map(file: &FileLines, old: &[String], pairs: &[(usize, usize)]) -> Opt
     {
         return Some(IndentMap::Remove(p.to_string()));
     }
-    let tabs = ws.iter().any(|(f, _)| f.contains('\t'));
+    // Render with tabs where most indented lines of the region use them.
+    let with_tabs = ws.iter().filter(|(f, _)| f.contains('\t')).count();
+    let with_spaces = ws
+        .iter()
+        .filter(|(f, _)| !f.is_empty() && !f.contains('\t'))
+        .count();
+    let tabs = with_tabs > 0 && with_tabs >= with_spaces;
     for tab in [4usize, 8, 2] {
         let d0 = width(f0, tab) as isize - width(o0, tab) as isize;
         if ws
@@ -886,9 +934,31 @@ fn apply_candidate(
     };
     // A new line identical to an old line the model meant to keep becomes that line as the
     // file has it, so context survives exactly whatever the model got wrong about it.
+    // Where a line differs only by trailing whitespace, the model's new line is taken as
+    // written (the trailing whitespace may be the change itself).
+    let direct = c.end - c.start == old.lines.len();
     let mut cursor = 0;
+    let mut blank_cursor = 0;
     let mut out_lines: Vec<String> = Vec::with_capacity(new.lines.len());
     for nl in &new.lines {
+        if nl.trim().is_empty() {
+            // A blank line of the old text kept in the new: keep the file's own blank line
+            // (its whitespace), when lines map one to one.
+            let same = direct
+                .then(|| {
+                    (blank_cursor..old.lines.len())
+                        .find(|&i| old.lines[i] == *nl && file.lines[c.start + i].trim().is_empty())
+                })
+                .flatten();
+            match same {
+                Some(i) => {
+                    out_lines.push(file.lines[c.start + i].to_string());
+                    blank_cursor = i + 1;
+                }
+                None => out_lines.push(reindent(nl, &c.indent, inline)),
+            }
+            continue;
+        }
         let same = c
             .pairs
             .iter()
@@ -896,11 +966,20 @@ fn apply_candidate(
             .position(|&(o, _)| old.lines[o] == *nl)
             .map(|p| p + cursor);
         match same {
-            Some(p) if !nl.trim().is_empty() => {
+            Some(p)
+                if old.lines[c.pairs[p].0].trim_end() != file.lines[c.pairs[p].1].trim_end() =>
+            {
                 out_lines.push(file.lines[c.pairs[p].1].to_string());
                 cursor = p + 1;
+                blank_cursor = blank_cursor.max(c.pairs[p].0 + 1);
             }
-            _ => out_lines.push(reindent(nl, &c.indent, inline)),
+            Some(p) => {
+                // The model had this line right but for trailing whitespace: keep its line.
+                out_lines.push(nl.clone());
+                cursor = p + 1;
+                blank_cursor = blank_cursor.max(c.pairs[p].0 + 1);
+            }
+            None => out_lines.push(reindent(nl, &c.indent, inline)),
         }
     }
     let (mut start, mut end) = (c.start, c.end);
@@ -936,10 +1015,15 @@ fn apply_candidate(
     let region_end = file.ends[end - 1];
     let last_has_term = file.has_term[end - 1];
     let mut replacement = out_lines.join(eol);
-    if !out_lines.is_empty()
-        && last_has_term
-        && (new.final_newline || !old.final_newline || end < file.lines.len())
-    {
+    let terminate = if last_has_term {
+        // Lines are whole: the region's terminator stays unless the model removed the file's
+        // final newline on purpose.
+        new.final_newline || !old.final_newline || end < file.lines.len()
+    } else {
+        // The file ends without a newline here: add one only when the model did so explicitly.
+        new.final_newline && !old.final_newline
+    };
+    if !out_lines.is_empty() && terminate {
         replacement.push_str(eol);
     }
     let mut content = String::with_capacity(text.len() + replacement.len());
@@ -1180,6 +1264,20 @@ mod tests {
         assert!(err.message.contains("lines 1, 3"), "{}", err.message);
     }
 
+    /// Regression: an exact match whose lines also appear elsewhere at another indentation was
+    /// applied where the model's wrongly indented text happened to match.
+    #[test]
+    fn exact_match_with_an_indentation_twin_is_refused() {
+        let file = "fn a() {\n    x();\n    y();\n}\nfn b() {\n    if c {\n        x();\n        y();\n    }\n}\n";
+        let err = apply(file, "        x();\n        y();\n", "        z();\n").unwrap_err();
+        assert_eq!(err.reason, RefusalReason::Ambiguous { lines: vec![2, 7] });
+        // Runs of closing brackets overlapping the match are not twins.
+        let file = "f(|| {\n    g(|| {\n    })\n})\n";
+        let (out, kind) = apply(file, "    })\n})\n", "    });\n});\n").unwrap();
+        assert_eq!(kind, MatchKind::Exact);
+        assert_eq!(out, "f(|| {\n    g(|| {\n    });\n});\n");
+    }
+
     #[test]
     fn ambiguous_tolerant_match_is_refused() {
         let file = "    a()\n    b()\nz\n        a()\n        b()\n";
@@ -1254,7 +1352,8 @@ mod tests {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(200))]
             /// An old text that occurs exactly once is always replaced exactly there (blank lines
-            /// new_text adds at its edges can merge with blank lines already there).
+            /// new_text adds at its edges can merge with blank lines already there), unless the
+            /// same lines also occur at another indentation, which is refused as ambiguous.
             #[test]
             fn exact_unique_edit_always_applies(
                 lines in proptest::collection::vec("[a-z ]{0,12}", 1..30),
@@ -1265,7 +1364,20 @@ mod tests {
                 let end = (start + len).min(lines.len());
                 let old: String = lines[start..end].iter().map(|l| format!("{l}\n")).collect();
                 prop_assume!(occurrences(&text, &old).len() == 1 && old != new);
-                let out = apply_edit(text.as_bytes(), &old, &new).unwrap();
+                let at = text.find(&old).unwrap();
+                let out = match apply_edit(text.as_bytes(), &old, &new) {
+                    Ok(out) => out,
+                    Err(r) => {
+                        // The one refusal an exact match can get: the same lines elsewhere at
+                        // another indentation, listed with the exact place among them.
+                        let RefusalReason::Ambiguous { lines } = r.reason else {
+                            return Err(TestCaseError::fail(format!("refused: {}", r.message)));
+                        };
+                        prop_assert!(indentation_twins(&text, at, &old).is_some());
+                        prop_assert!(lines.contains(&line_of(&text, at)) && lines.len() > 1);
+                        return Ok(());
+                    }
+                };
                 prop_assert_eq!(out.kind, MatchKind::Exact);
                 let got = String::from_utf8(out.content).unwrap();
                 let literal = text.replacen(&old, &new, 1);
