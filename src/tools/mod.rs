@@ -2,7 +2,7 @@
 //! the per-run [`ToolContext`], the built-in file, search and plan tools, and the edit engine.
 //!
 //! Every path a tool touches is confined beneath the worktree root by the kernel
-//! ([`confine`]); every write is judged by the [`Policy`](crate::policy::Policy) and recorded as
+//! ([`confine`]); every write is judged by the [`Policy`] and recorded as
 //! an event; no mutating tool runs before `update_plan`. A failure the model can act on is
 //! [`ToolError::ToModel`] — a message back to the model — while only harness faults are
 //! [`ToolError::Fatal`] and end the run. Results are sized for a model: reads carry line
