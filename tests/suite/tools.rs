@@ -695,3 +695,23 @@ fn policy_cli_explains_origins() {
     assert_eq!(v["decision"], "forbid");
     assert_eq!(v["deciding"], json!([1]));
 }
+
+/// Regression: a FIFO planted in the worktree must not hang read_file or edit_file.
+#[tokio::test]
+async fn fifo_is_refused_without_blocking() {
+    let f = fixture();
+    f.plan(&["pipe"]).await;
+    let c = std::ffi::CString::new(f.wt.join("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: valid C string path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let msg = to_model(f.call("read_file", json!({"path": "pipe"})).await);
+    assert!(msg.contains("not a regular file"), "{msg}");
+    let msg = to_model(
+        f.call(
+            "edit_file",
+            json!({"path": "pipe", "old_text": "a", "new_text": "b"}),
+        )
+        .await,
+    );
+    assert!(msg.contains("not a regular file"), "{msg}");
+}
