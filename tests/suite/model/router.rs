@@ -82,6 +82,21 @@ async fn max_turns_is_never_exceeded() {
         "{e}"
     );
     assert_eq!(router.spent().turns, 2);
+    // A resumed run keeps its spend: with 2 turns already made, none is left.
+    let resumed = Router::from_settings(
+        &s,
+        &RouterOptions {
+            resume: Some((router.spent(), router.elapsed())),
+            ..RouterOptions::default()
+        },
+        &|_| None,
+    )
+    .unwrap();
+    let e = resumed.call(Role::Coder, &req, None).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::BudgetExhausted(ex) if ex.limit == Limit::MaxTurns),
+        "{e}"
+    );
     // Scripted models have no price: unknown, not zero.
     assert_eq!(router.spent().unpriced_calls, 2);
     let usage = router.usage();
@@ -278,8 +293,8 @@ async fn a_recorded_session_replays_offline_with_identical_tool_calls_and_state(
     let router = Router::from_settings(
         &s,
         &RouterOptions {
-            model_flags: vec![],
             record: Some(rec.clone()),
+            ..RouterOptions::default()
         },
         &env,
     )
