@@ -322,6 +322,8 @@ pub struct RouterOptions {
     pub model_flags: Vec<String>,
     /// `--record PATH`: write every reply in the script format.
     pub record: Option<PathBuf>,
+    /// A resumed run's spend so far and the time it already ran, so budgets carry over.
+    pub resume: Option<(Spend, std::time::Duration)>,
 }
 
 /// Routes each role's calls to its model, enforcing the run's budget.
@@ -395,7 +397,10 @@ impl Router {
         };
         let mut router = Router::new(
             PriceTable::new(settings.prices.clone()),
-            Budget::new(&settings.budget),
+            match opts.resume {
+                Some((spent, elapsed)) => Budget::resumed(&settings.budget, spent, elapsed),
+                None => Budget::new(&settings.budget),
+            },
         );
         for (role, spec) in &specs {
             let primary = client(spec)?;
@@ -427,6 +432,15 @@ impl Router {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .spent()
+    }
+
+    /// Time since the run started (including a resumed run's earlier time): persist it with
+    /// [`Router::spent`] so a resumed run keeps its budget.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
     }
 
     /// Usage per role and spec, in role order.
