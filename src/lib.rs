@@ -7,5 +7,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod forge;
 pub mod task;
+pub mod trigger;
 pub mod workspace;

@@ -1,4 +1,5 @@
 //! One module per concern.
 
 mod config;
+mod github;
 mod workspace;
