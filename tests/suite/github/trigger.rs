@@ -445,7 +445,7 @@ fn failed_run(branch: &str) -> Value {
     run["head_branch"] = json!(branch);
     run["id"] = json!(777);
     run["name"] = json!("CI");
-    run["head_repository"]["full_name"] = json!("octo-org/octo-repo");
+    run["head_repository"]["full_name"] = json!("Codertocat/Hello-World");
     run["pull_requests"] = json!([{"number": 2, "url": "x", "id": 1,
         "head": {"ref": branch, "sha": "a", "repo": {"id": 1, "url": "x", "name": "octo-repo"}},
         "base": {"ref": "main", "sha": "b", "repo": {"id": 1, "url": "x", "name": "octo-repo"}}}]);
@@ -477,7 +477,7 @@ async fn ci_world() -> (std::sync::Arc<Fake>, GitHub) {
         );
         w.logs.insert(31, log);
     }
-    fake.add_pull(2, "agent/1-spelling", "main", "octo-org/octo-repo");
+    fake.add_pull(2, "agent/1-spelling", "main", "Codertocat/Hello-World");
     (fake, gh)
 }
 
@@ -487,8 +487,9 @@ async fn failed_ci_on_an_agent_pr_becomes_a_make_ci_green_task() {
     let config = TriggerConfig::default();
     let p = failed_run("agent/1-spelling");
     let sha = p["workflow_run"]["head_sha"].as_str().unwrap().to_string();
-    let Outcome::Run(t) = eval(&gh, &config, "workflow_run", &p).await else {
-        panic!("expected a run")
+    let out = eval(&gh, &config, "workflow_run", &p).await;
+    let Outcome::Run(t) = out else {
+        panic!("expected a run, got {out:?}")
     };
     let task = &t.task;
     assert_eq!(
@@ -500,7 +501,7 @@ async fn failed_ci_on_an_agent_pr_becomes_a_make_ci_green_task() {
     );
     assert_eq!(task.branch.as_deref(), Some("agent/1-spelling"));
     assert_eq!(task.base, "main");
-    assert_eq!(task.key, format!("octo-org/octo-repo#2:ci:{sha}"));
+    assert_eq!(task.key, format!("Codertocat/Hello-World#2:ci:{sha}"));
     assert!(task.goal.starts_with("Make CI green."));
     assert!(task.goal.contains("panicked at src/dates.rs:9:5"));
     assert!(task.goal.contains("Process completed with exit code 101"));
@@ -549,7 +550,7 @@ async fn ci_loop_guard_and_foreign_branches() {
     let o = eval(&gh, &off, "workflow_run", &failed_run("agent/1-spelling")).await;
     assert!(reason(&o).contains("ci_failure is off"));
     // Configured to watch people's branches: then whoever ran CI must have permission.
-    fake.add_pull(3, "feature", "main", "octo-org/octo-repo");
+    fake.add_pull(3, "feature", "main", "Codertocat/Hello-World");
     let mut p = failed_run("feature");
     p["workflow_run"]["pull_requests"] = json!([]);
     let foreign = Options {
