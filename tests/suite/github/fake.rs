@@ -60,11 +60,12 @@ impl Spec {
             let path = npm_dir().join("@octokit/openapi/generated/api.github.com.json");
             let root: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
             let mut ops = Vec::new();
+            let segments = Regex::new(r"\{[^}]+\}|[^{]+").unwrap();
             for (template, item) in root["paths"].as_object().unwrap() {
                 let mut names = Vec::new();
                 let mut re = String::from("^");
                 let mut literal_len = 0;
-                for part in Regex::new(r"\{[^}]+\}|[^{]+").unwrap().find_iter(template) {
+                for part in segments.find_iter(template) {
                     let s = part.as_str();
                     if s.starts_with('{') {
                         names.push(s[1..s.len() - 1].to_string());
@@ -634,14 +635,14 @@ async fn handle(
             };
             if exists || w.pr_race {
                 if w.pr_race && !exists {
-                    make(&mut *w);
+                    make(&mut w);
                 }
                 return reply(
                     422,
                     json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "message": format!("A pull request already exists for octocat:{head}.")}]}),
                 );
             }
-            let p = make(&mut *w);
+            let p = make(&mut w);
             reply(201, p)
         }
         ("PATCH", "/repos/{owner}/{repo}/pulls/{pull_number}") => {
