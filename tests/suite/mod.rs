@@ -3,6 +3,7 @@
 mod audit;
 mod config;
 mod exec;
+mod github;
 mod model;
 mod tools;
 mod verify;
