@@ -42,10 +42,16 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each value came from.
     Config(config_cmd::Args),
+    /// Print the project map: the most relevant files and their key signatures.
+    Map(map_cmd::Args),
+    /// Rank the files most relevant to a goal, issue text or CI log.
+    Locate(locate_cmd::Args),
 }
 
 mod config_cmd;
 pub mod context;
+mod locate_cmd;
+mod map_cmd;
 
 /// Parse the command line, run it and map the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -60,6 +66,8 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log);
     let result = match cli.command {
         Command::Config(args) => config_cmd::run(args),
+        Command::Map(args) => map_cmd::run(args),
+        Command::Locate(args) => locate_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
