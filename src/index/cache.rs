@@ -43,7 +43,10 @@ pub struct Cache {
     entries: HashMap<Key, Loc>,
 }
 
-fn read_table(file: &mut File) -> Option<(Vec<(Key, u64, u32)>, u64)> {
+/// A pack's table rows: key, offset, length.
+type Table = Vec<(Key, u64, u32)>;
+
+fn read_table(file: &mut File) -> Option<(Table, u64)> {
     let size = file.metadata().ok()?.len();
     if size < FOOTER as u64 {
         return None;
@@ -197,7 +200,7 @@ impl Cache {
 /// Writes one pack; dropped without [`PackWriter::finish`], it leaves nothing behind.
 pub struct PackWriter {
     out: BufWriter<tempfile::NamedTempFile>,
-    table: Vec<(Key, u64, u32)>,
+    table: Table,
     offset: u64,
     dir: PathBuf,
 }

@@ -42,6 +42,8 @@ pub struct RankOptions {
     pub test_factor: f64,
     /// Multiplier for files that are not parsed code (docs, data, config).
     pub non_code_factor: f64,
+    /// Multiplier for code under documentation and example directories.
+    pub doc_factor: f64,
 }
 
 impl Default for RankOptions {
@@ -59,6 +61,7 @@ impl Default for RankOptions {
             damping: 0.5,
             test_factor: 0.3,
             non_code_factor: 0.5,
+            doc_factor: 0.5,
         }
     }
 }
@@ -98,6 +101,18 @@ pub fn is_test_path(path: &str) -> bool {
     false
 }
 
+/// Whether a path lives under a documentation or examples directory.
+pub fn is_doc_path(path: &str) -> bool {
+    let mut segs: Vec<&str> = path.split('/').collect();
+    segs.pop();
+    segs.iter().any(|s| {
+        matches!(
+            s.to_ascii_lowercase().as_str(),
+            "doc" | "docs" | "documentation" | "example" | "examples" | "samples"
+        )
+    })
+}
+
 /// Module keys of a path: `src/flask/app.py` → `src/flask/app`; a package's `__init__.py`,
 /// `index.js`, `mod.rs` also stand for their directory.
 fn module_keys(path: &str) -> Vec<String> {
@@ -127,6 +142,7 @@ pub struct Ranker {
     paths: Vec<String>,
     is_test: Vec<bool>,
     is_code: Vec<bool>,
+    is_doc: Vec<bool>,
     term_ids: HashMap<String, u32>,
     postings: Vec<Vec<(u32, f32)>>,
     doc_len: Vec<f32>,
@@ -166,6 +182,7 @@ impl Ranker {
             paths: files.iter().map(|f| f.path.clone()).collect(),
             is_test: files.iter().map(|f| is_test_path(&f.path)).collect(),
             is_code: files.iter().map(|f| f.summary.lang.is_some()).collect(),
+            is_doc: files.iter().map(|f| is_doc_path(&f.path)).collect(),
             term_ids: HashMap::new(),
             postings: Vec::new(),
             doc_len: vec![0.0; n],
@@ -412,6 +429,9 @@ impl Ranker {
                 if !self.is_code[i] {
                     s *= opts.non_code_factor;
                 }
+                if self.is_doc[i] {
+                    s *= opts.doc_factor;
+                }
                 Some(RankedFile {
                     path: self.paths[i].clone(),
                     score: s,
@@ -442,6 +462,9 @@ impl Ranker {
                 }
                 if !self.is_code[i] {
                     s *= opts.non_code_factor;
+                }
+                if self.is_doc[i] {
+                    s *= opts.doc_factor;
                 }
                 RankedFile {
                     path: self.paths[i].clone(),

@@ -53,6 +53,7 @@ fn generated_name(name: &str) -> bool {
         "uv.lock",
     ];
     EXACT.contains(&name)
+        || versioned_asset(name)
         || name.ends_with(".min.js")
         || name.ends_with(".min.css")
         || name.ends_with(".js.map")
@@ -61,6 +62,21 @@ fn generated_name(name: &str) -> bool {
         || name.ends_with("_pb2.py")
         || name.ends_with("_pb2_grpc.py")
         || name.contains(".generated.")
+}
+
+/// A copied-in library asset such as `jquery-3.5.1.js`: a script or style sheet whose name
+/// carries a version number is someone else's release, not the project's code.
+fn versioned_asset(name: &str) -> bool {
+    let Some((stem, ext)) = name.rsplit_once('.') else {
+        return false;
+    };
+    let stem = stem.trim_end_matches(".min");
+    matches!(ext, "js" | "css")
+        && stem.split(['-', '_']).skip(1).any(|part| {
+            part.starts_with(|c: char| c.is_ascii_digit())
+                && part.contains('.')
+                && part.chars().all(|c| c.is_ascii_digit() || c == '.')
+        })
 }
 
 /// Whether a repository-relative path is left out of the index by its name alone.
@@ -266,6 +282,9 @@ mod tests {
         assert!(skip_path("static/app.min.js"));
         assert!(skip_path("img/logo.PNG"));
         assert!(skip_path("api/v1/types.pb.go"));
+        assert!(skip_path("sphinx/themes/basic/static/jquery-3.5.1.js"));
+        assert!(skip_path("static/underscore-1.13.1.css"));
+        assert!(!skip_path("src/app-v2.js"));
         assert!(!skip_path("src/vendors.rs"));
         assert!(!skip_path("src/lib.rs"));
         assert!(!skip_path("README"));
