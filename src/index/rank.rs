@@ -523,8 +523,12 @@ impl Ranker {
             }
             let share = opts.module_mention * w * (k as f64 / parts.len() as f64).sqrt()
                 / hits.len() as f64;
-            for &i in hits {
-                mention[i as usize] += share;
+            // A bare package name (`requests.get`, `xr.Dataset`) says nothing about where the
+            // problem is unless the package's own module defines the next segment.
+            if k > 1 {
+                for &i in hits {
+                    mention[i as usize] += share;
+                }
             }
             // The next segment names something inside that module.
             if let Some(next) = parts.get(k)
