@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod forge;
+pub mod index;
 pub mod model;
 pub mod policy;
 pub mod run;

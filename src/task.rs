@@ -116,7 +116,6 @@ pub struct Task {
     pub key: String,
 }
 
-
 /// What kind of hidden text was removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

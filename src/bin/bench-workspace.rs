@@ -16,8 +16,18 @@ use git_agent::workspace::{CommitRequest, Repo, WorktreeOptions, WorktreeRequest
 
 fn git(dir: &Path, args: &[&str]) -> Result<()> {
     let out = Command::new("git")
-        .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"])
-        .args(["-c", "user.name=bench", "-c", "user.email=bench@example.com"])
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+        ])
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.com",
+        ])
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -88,10 +98,16 @@ fn main() -> Result<()> {
     let files = tracked_files(&repo_dir, nfiles)?;
     let scratch = tempfile::tempdir()?;
     let count = {
-        let out = Command::new("git").args(["ls-files"]).current_dir(&repo_dir).output()?;
+        let out = Command::new("git")
+            .args(["ls-files"])
+            .current_dir(&repo_dir)
+            .output()?;
         out.stdout.iter().filter(|&&b| b == b'\n').count()
     };
-    println!("repository: {} ({count} files), medians of {runs}", repo_dir.display());
+    println!(
+        "repository: {} ({count} files), medians of {runs}",
+        repo_dir.display()
+    );
 
     let (mut git_add, mut ours_fresh, mut ours_warm, mut git_commit, mut ours_commit) =
         (vec![], vec![], vec![], vec![], vec![]);
@@ -101,7 +117,15 @@ fn main() -> Result<()> {
         let t = Instant::now();
         git(
             &repo_dir,
-            &["worktree", "add", "-q", "-b", &format!("bench/git-{i}"), dest.to_str().context("utf8")?, "HEAD"],
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                &format!("bench/git-{i}"),
+                dest.to_str().context("utf8")?,
+                "HEAD",
+            ],
         )?;
         git_add.push(t.elapsed());
 
@@ -111,7 +135,15 @@ fn main() -> Result<()> {
         git(&dest, &["add", "-A"])?;
         git(&dest, &["commit", "-q", "-m", "bench"])?;
         git_commit.push(t.elapsed());
-        git(&repo_dir, &["worktree", "remove", "--force", dest.to_str().context("utf8")?])?;
+        git(
+            &repo_dir,
+            &[
+                "worktree",
+                "remove",
+                "--force",
+                dest.to_str().context("utf8")?,
+            ],
+        )?;
 
         // our fresh worktree
         let t = Instant::now();

@@ -53,12 +53,18 @@ pub enum Command {
     Audit(runs_cmd::AuditCommand),
     /// Print the effective permission policy; `--explain` says where each rule came from.
     Policy(policy_cmd::Args),
+    /// Print the project map: the most relevant files and their key signatures.
+    Map(map_cmd::Args),
+    /// Rank the files most relevant to a goal, issue text or CI log.
+    Locate(locate_cmd::Args),
 }
 
 mod config_cmd;
-mod runs_cmd;
 pub mod context;
+mod locate_cmd;
+mod map_cmd;
 mod policy_cmd;
+mod runs_cmd;
 
 /// Parse the command line, run it and map the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -78,6 +84,8 @@ pub fn main() -> ExitCode {
         Command::Log(args) => runs_cmd::log(args),
         Command::Audit(cmd) => runs_cmd::audit(cmd),
         Command::Policy(args) => policy_cmd::run(args),
+        Command::Map(args) => map_cmd::run(args),
+        Command::Locate(args) => locate_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

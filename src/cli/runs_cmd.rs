@@ -137,10 +137,24 @@ pub fn status(args: StatusArgs) -> anyhow::Result<u8> {
             let (usd, unknown) = rec.spend();
             writeln!(out, "run      {}", rec.run_id)?;
             writeln!(out, "state    {}", rec.state)?;
-            writeln!(out, "branch   {} (from {} {})", rec.branch, rec.base_ref, short(&rec.base_sha))?;
+            writeln!(
+                out,
+                "branch   {} (from {} {})",
+                rec.branch,
+                rec.base_ref,
+                short(&rec.base_sha)
+            )?;
             writeln!(out, "goal     {}", first_line(&rec.task.goal))?;
-            writeln!(out, "turns    {}  fix attempts {}", rec.turns, rec.fix_attempts)?;
-            writeln!(out, "spend    ${usd:.2}{}", if unknown { " + unknown" } else { "" })?;
+            writeln!(
+                out,
+                "turns    {}  fix attempts {}",
+                rec.turns, rec.fix_attempts
+            )?;
+            writeln!(
+                out,
+                "spend    ${usd:.2}{}",
+                if unknown { " + unknown" } else { "" }
+            )?;
             for c in &rec.commits {
                 writeln!(out, "commit   {c}")?;
             }
@@ -158,7 +172,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<u8> {
         return Ok(super::exit::SUCCEEDED);
     }
     if runs.is_empty() {
-        writeln!(out, "no runs in {}", repo.agent_dir().join("runs").display())?;
+        writeln!(
+            out,
+            "no runs in {}",
+            repo.agent_dir().join("runs").display()
+        )?;
     }
     for r in runs {
         let (usd, unknown) = r.spend();
@@ -192,7 +210,11 @@ pub fn log(args: RunArg) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
     write!(out, "{}", chain::render(&log.events))?;
     if let Some(t) = log.torn_tail {
-        writeln!(out, "(incomplete last line at byte {}: the process was killed mid-write)", t.offset)?;
+        writeln!(
+            out,
+            "(incomplete last line at byte {}: the process was killed mid-write)",
+            t.offset
+        )?;
     }
     Ok(super::exit::SUCCEEDED)
 }
@@ -210,7 +232,11 @@ pub fn audit(cmd: AuditCommand) -> anyhow::Result<u8> {
             head,
             unanchored,
         } => {
-            writeln!(out, "audit chain of {id} intact: {events} events, head {}", head.hash)?;
+            writeln!(
+                out,
+                "audit chain of {id} intact: {events} events, head {}",
+                head.hash
+            )?;
             if unanchored > 0 {
                 writeln!(
                     out,
@@ -220,7 +246,10 @@ pub fn audit(cmd: AuditCommand) -> anyhow::Result<u8> {
             Ok(super::exit::SUCCEEDED)
         }
         chain::Verification::Broken { seq, line, problem } => {
-            writeln!(out, "audit chain of {id} BROKEN at event {seq} (line {line}): {problem}")?;
+            writeln!(
+                out,
+                "audit chain of {id} BROKEN at event {seq} (line {line}): {problem}"
+            )?;
             Ok(super::exit::FAILED)
         }
     }
@@ -238,4 +267,3 @@ fn first_line(s: &str) -> String {
         .take(72)
         .collect()
 }
-

@@ -152,7 +152,9 @@ pub fn render(r: &ReportInput) -> String {
     let verdict = match r.state.as_str() {
         "succeeded" => "Draft for review; verified by the project's tests.",
         "failed" => "Draft for review; **verification did not pass** — see below.",
-        "budget_exhausted" => "Draft for review; **the budget ran out** before verification passed.",
+        "budget_exhausted" => {
+            "Draft for review; **the budget ran out** before verification passed."
+        }
         "awaiting_approval" => "**Paused: waiting for approval** — see below.",
         "cancelled" => "**Cancelled.**",
         _ => "In progress.",
@@ -199,7 +201,10 @@ pub fn render(r: &ReportInput) -> String {
     let changes = if r.diffstat.trim().is_empty() {
         "\n### Changes\n_No changes._\n".to_string()
     } else {
-        format!("\n### Changes\n```\n{}```\n", cut(&r.diffstat, 6000, &pointer))
+        format!(
+            "\n### Changes\n```\n{}```\n",
+            cut(&r.diffstat, 6000, &pointer)
+        )
     };
 
     let mut verify = String::from("\n### Verification\n");
@@ -287,8 +292,8 @@ pub fn render(r: &ReportInput) -> String {
         r.audit.len()
     );
     let audit_close = "```\n</details>\n";
-    let room = MAX_BODY
-        .saturating_sub(fixed + audit_open.chars().count() + audit_close.len() + 200);
+    let room =
+        MAX_BODY.saturating_sub(fixed + audit_open.chars().count() + audit_close.len() + 200);
     let audit_text = cut(
         &r.audit
             .iter()
@@ -403,7 +408,12 @@ mod tests {
 
     #[test]
     fn report_snapshots_per_final_state() {
-        for state in ["succeeded", "failed", "budget_exhausted", "awaiting_approval"] {
+        for state in [
+            "succeeded",
+            "failed",
+            "budget_exhausted",
+            "awaiting_approval",
+        ] {
             let body = render(&sample(state));
             insta::assert_snapshot!(format!("report_{state}"), body);
         }
@@ -434,7 +444,9 @@ mod tests {
     #[test]
     fn huge_reports_are_cut_to_the_limit_with_a_pointer() {
         let mut r = sample("failed");
-        r.audit = (0..20_000).map(|i| format!("{i} tool_call read_file src/{i}.rs")).collect();
+        r.audit = (0..20_000)
+            .map(|i| format!("{i} tool_call read_file src/{i}.rs"))
+            .collect();
         r.verification[0].excerpt = "x".repeat(200_000);
         r.diffstat = (0..5_000).map(|i| format!(" f{i}.rs | 1 +\n")).collect();
         r.plan = (0..2_000)

@@ -42,7 +42,10 @@ impl RunState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            RunState::Succeeded | RunState::Failed | RunState::Cancelled | RunState::BudgetExhausted
+            RunState::Succeeded
+                | RunState::Failed
+                | RunState::Cancelled
+                | RunState::BudgetExhausted
         )
     }
 
@@ -70,7 +73,10 @@ impl RunState {
         if self.is_terminal() {
             return false;
         }
-        if matches!(next, Failed | Cancelled | BudgetExhausted | AwaitingApproval) {
+        if matches!(
+            next,
+            Failed | Cancelled | BudgetExhausted | AwaitingApproval
+        ) {
             return true;
         }
         matches!(
@@ -136,12 +142,17 @@ mod tests {
     #[test]
     fn the_happy_path_and_the_fix_loop_are_transitions() {
         use RunState::*;
-        let path = [Queued, Analyzing, Planning, Editing, Testing, Fixing, Testing, Succeeded];
+        let path = [
+            Queued, Analyzing, Planning, Editing, Testing, Fixing, Testing, Succeeded,
+        ];
         for w in path.windows(2) {
             assert!(w[0].can_move_to(w[1]), "{} → {}", w[0], w[1]);
         }
         assert!(!Queued.can_move_to(Succeeded));
-        assert!(!Editing.can_move_to(Succeeded), "success only after testing");
+        assert!(
+            !Editing.can_move_to(Succeeded),
+            "success only after testing"
+        );
         assert!(Testing.can_move_to(AwaitingApproval));
         assert!(AwaitingApproval.can_move_to(Testing));
     }

@@ -4,6 +4,7 @@ mod audit;
 mod config;
 mod exec;
 mod github;
+mod index;
 mod model;
 mod tools;
 mod verify;
