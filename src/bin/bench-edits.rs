@@ -53,8 +53,19 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");
     let verbose = args.iter().any(|a| a == "--verbose");
-    let Some(path) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: bench-edits CORPUS.jsonl [--json] [--verbose]");
+    // `--show ID`: print the diff between the expected and the produced file for one case.
+    let show = args
+        .iter()
+        .position(|a| a == "--show")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let Some(path) = args
+        .iter()
+        .enumerate()
+        .find(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--show"))
+        .map(|(_, a)| a)
+    else {
+        eprintln!("usage: bench-edits CORPUS.jsonl [--json] [--verbose] [--show CASE_ID]");
         return ExitCode::from(2);
     };
     let file = match std::fs::File::open(path) {
@@ -99,6 +110,19 @@ fn main() -> ExitCode {
                 Err(r) => format!("refused: {}", r.message.lines().next().unwrap_or("")),
             };
             eprintln!("{} [{}] {what}", case.id, case.kind);
+        }
+        if show.as_deref() == Some(case.id.as_str()) {
+            let got = match &result {
+                Ok(a) => String::from_utf8_lossy(&a.content).into_owned(),
+                Err(r) => format!("(refused) {}", r.message),
+            };
+            let want = case
+                .expected
+                .clone()
+                .unwrap_or_else(|| "(refusal expected)".into());
+            let diff = similar::TextDiff::from_lines(&want, &got);
+            eprintln!("--- expected\n+++ produced");
+            eprint!("{}", diff.unified_diff().context_radius(2));
         }
         all.add(outcome);
         if case.expected.is_some() {

@@ -61,12 +61,18 @@ pub enum Command {
     Resume(fix_cmd::ResumeArgs),
     /// Run the whole loop on a sample repository with a scripted model.
     Demo(demo_cmd::Args),
+    /// Print the project map: the most relevant files and their key signatures.
+    Map(map_cmd::Args),
+    /// Rank the files most relevant to a goal, issue text or CI log.
+    Locate(locate_cmd::Args),
 }
 
 mod config_cmd;
 pub mod context;
 mod demo_cmd;
 mod fix_cmd;
+mod locate_cmd;
+mod map_cmd;
 mod policy_cmd;
 mod runs_cmd;
 
@@ -92,6 +98,8 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => fix_cmd::fix(args, crate::task::Mode::Plan),
         Command::Resume(args) => fix_cmd::resume(args),
         Command::Demo(args) => demo_cmd::run(args),
+        Command::Map(args) => map_cmd::run(args),
+        Command::Locate(args) => locate_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

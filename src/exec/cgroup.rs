@@ -146,9 +146,10 @@ impl Cgroup {
         tracing::warn!(cgroup = %self.dir.display(), "cgroup still has processes after SIGKILL");
     }
 
-    /// Wait (bounded) until the killed processes are reaped, so the cgroup can be removed.
+    /// Wait briefly until the killed processes are reaped, so the cgroup can be removed now;
+    /// zombies left to a slow init are cleaned up in the background on drop.
     pub(crate) async fn drained(&self) {
-        for _ in 0..200 {
+        for _ in 0..5 {
             let current = std::fs::read_to_string(self.dir.join("pids.current"))
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok());
@@ -162,8 +163,24 @@ impl Cgroup {
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        if std::fs::remove_dir(&self.dir).is_err() {
-            tracing::debug!(cgroup = %self.dir.display(), "cgroup not removed (still busy)");
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            return;
+        }
+        // Killed processes not yet reaped by their (re)parent keep it busy for a while.
+        let dir = self.dir.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cgroup-cleanup".into())
+            .spawn(move || {
+                for _ in 0..300 {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if std::fs::remove_dir(&dir).is_ok() {
+                        return;
+                    }
+                }
+                tracing::warn!(cgroup = %dir.display(), "cgroup left behind (still busy)");
+            });
+        if spawned.is_err() {
+            tracing::warn!(cgroup = %self.dir.display(), "cgroup left behind");
         }
     }
 }

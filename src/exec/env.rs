@@ -47,7 +47,7 @@ where
     I: IntoIterator<Item = (String, String)>,
 {
     let parent: Vec<(String, String)> = parent.into_iter().collect();
-    let parent_home = parent
+    let real_home = parent
         .iter()
         .find(|(k, _)| k == "HOME")
         .map(|(_, v)| std::path::PathBuf::from(v));
@@ -55,24 +55,13 @@ where
         .into_iter()
         .filter(|(k, _)| pass.iter().any(|p| p == k) && !is_secret_name(k))
         .collect();
-    // HOME moves to a private directory, so toolchains found through the real HOME (rustup's
-    // ~/.rustup and ~/.cargo) are named explicitly; they are read, not written.
-    if let Some(h) = parent_home {
-        for (var, dir, wanted) in [
-            (
-                "RUSTUP_HOME",
-                ".rustup",
-                pass.iter().any(|p| p == "RUSTUP_HOME"),
-            ),
-            (
-                "CARGO_HOME",
-                ".cargo",
-                pass.iter().any(|p| p == "CARGO_HOME"),
-            ),
-        ] {
-            let d = h.join(dir);
-            if wanted && d.is_dir() && !env.iter().any(|(k, _)| k == var) {
-                env.push((var.to_string(), d.display().to_string()));
+    // HOME moves to the private dir, so toolchains found through it (rustup's default
+    // ~/.cargo and ~/.rustup) are named explicitly, read-only like everything outside.
+    if let Some(h) = real_home {
+        for (var, dir) in [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup")] {
+            let p = h.join(dir);
+            if pass.iter().any(|x| x == var) && !env.iter().any(|(k, _)| k == var) && p.is_dir() {
+                env.push((var.to_string(), p.display().to_string()));
             }
         }
     }

@@ -213,8 +213,8 @@ impl LocalExecutor {
         match &self.backend {
             Backend::Landlock { .. } => {
                 p.push(format!(
-                    "landlock ABI {} (at most {:?} used), no_new_privs, no capabilities",
-                    self.report.landlock_abi, 6
+                    "landlock (kernel ABI {}, rights up to ABI 6 used), no_new_privs, no capabilities",
+                    self.report.landlock_abi
                 ));
                 p.push(
                     "user and mount namespaces; no ptrace of or signals to outside processes"
@@ -496,13 +496,26 @@ fn describe_spawn_error(e: &std::io::Error, parent: &ParentSide) -> String {
     // SAFETY: reads at most one byte into a stack buffer from a non-blocking pipe we own.
     let n = unsafe { libc::read(parent.err_pipe.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
     if n == 1 {
-        format!(
+        let mut msg = format!(
             "sandbox setup failed at `{}`: {e}",
             sandbox::step_name(b[0])
-        )
+        );
+        if b[0] <= 1 && userns_restricted_by_apparmor() {
+            msg.push_str(
+                " (kernel.apparmor_restrict_unprivileged_userns=1, as on stock Ubuntu 24.04, denies \
+                 unprivileged user namespaces: run the agent as root, or set the sysctl to 0, or \
+                 opt out with sandbox.mode = \"off\")",
+            );
+        }
+        msg
     } else {
         e.to_string()
     }
+}
+
+fn userns_restricted_by_apparmor() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+        .is_ok_and(|v| v.trim() == "1")
 }
 
 async fn read_capped<R: tokio::io::AsyncRead + Unpin>(

@@ -826,6 +826,8 @@ pub(crate) fn bwrap_args(
     for f in [
         "--die-with-parent",
         "--unshare-user",
+        // No nested user namespaces: nothing inside regains capabilities over a mount tree.
+        "--disable-userns",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -866,4 +868,63 @@ pub(crate) fn bwrap_args(
     a.push(worktree.into());
     a.push("--".into());
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_dirs_finds_the_worktree_git_and_nested_ones_outside_ignored_dirs() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join("a/b/.git")).unwrap();
+        std::fs::write(root.join("c.git"), "not a repo").unwrap();
+        std::fs::create_dir_all(root.join("linked")).unwrap();
+        std::fs::write(root.join("linked/.git"), "gitdir: /elsewhere").unwrap();
+        std::fs::create_dir_all(root.join("ignored/x/.git")).unwrap();
+        std::fs::write(root.join(".gitignore"), "ignored/\n").unwrap();
+        let mut found: Vec<String> = git_dirs(root)
+            .iter()
+            .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+            .collect();
+        found.sort();
+        assert_eq!(found, vec![".git", "a/b/.git", "linked/.git"]);
+    }
+
+    #[test]
+    fn seccomp_programs_build_for_every_network_mode() {
+        let off = seccomp_program(NetworkMode::Off).unwrap();
+        let allow = seccomp_program(NetworkMode::Allowlist).unwrap();
+        let on = seccomp_program(NetworkMode::On).unwrap();
+        // The socket rules add instructions; `on` has none for socket().
+        assert!(
+            off.len() > on.len() && allow.len() > off.len(),
+            "{} {} {}",
+            off.len(),
+            allow.len(),
+            on.len()
+        );
+    }
+
+    #[test]
+    fn bwrap_args_bind_git_read_only_after_the_worktree() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join(".git")).unwrap();
+        let args: Vec<String> = bwrap_args(d.path(), Path::new("/p"), &[], NetworkMode::Off)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let wt = args
+            .iter()
+            .position(|a| a == &d.path().display().to_string())
+            .unwrap();
+        let git = args.iter().position(|a| a.ends_with("/.git")).unwrap();
+        assert!(git > wt && args[git - 1] == "--ro-bind", "{args:?}");
+        assert!(args.contains(&"--unshare-net".to_string()));
+        assert_eq!(args.last().map(String::as_str), Some("--"));
+        let on = bwrap_args(d.path(), Path::new("/p"), &[], NetworkMode::On);
+        assert!(!on.iter().any(|a| a == "--unshare-net"));
+    }
 }

@@ -28,7 +28,7 @@ pub struct AnthropicOptions {
     pub base_url: String,
     /// Model name.
     pub model: String,
-    /// API key (sent as `x-api-key`).
+    /// API key (sent as `x-api-key`; empty sends none, for local compatible servers).
     pub api_key: String,
     /// The environment variable the key comes from, for error messages.
     pub key_var: String,
@@ -56,6 +56,8 @@ pub struct AnthropicClient {
     opts: AnthropicOptions,
     http: reqwest::Client,
     caller: Caller,
+    /// Anthropic's own endpoint (not a compatible proxy or server).
+    official: bool,
 }
 
 impl AnthropicClient {
@@ -74,7 +76,13 @@ impl AnthropicClient {
             key_var: opts.key_var.clone(),
             url,
         };
-        Ok(Self { opts, http, caller })
+        let official = base.starts_with(DEFAULT_BASE_URL);
+        Ok(Self {
+            opts,
+            http,
+            caller,
+            official,
+        })
     }
 
     /// The JSON body for `req`.
@@ -154,9 +162,16 @@ impl AnthropicClient {
             body["temperature"] = json!(t);
         }
         if !req.tools.is_empty() {
+            // Compatible servers (llama-server's /v1/messages) read `{"type":"tool"}` as "any
+            // tool"; offering only the forced tool makes that mean the same everywhere.
+            let forced = match &req.tool_choice {
+                ToolChoice::Tool(name) if !self.official => Some(name.as_str()),
+                _ => None,
+            };
             let mut tools: Vec<Value> = req
                 .tools
                 .iter()
+                .filter(|t| forced.is_none_or(|f| f == t.name))
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
                 .collect();
             if let Some(last) = tools.last_mut() {
@@ -179,8 +194,12 @@ impl AnthropicClient {
             .post(&self.caller.url)
             .header("content-type", "application/json")
             .header("anthropic-version", API_VERSION)
-            .header("x-api-key", &self.opts.api_key)
             .body(self.body(req).to_string());
+        let rb = if self.opts.api_key.is_empty() {
+            rb
+        } else {
+            rb.header("x-api-key", &self.opts.api_key)
+        };
         let resp = self.caller.send(rb).await?;
         if !http::is_event_stream(&resp) {
             let text = resp.text().await.map_err(|e| self.caller.transport(&e))?;

@@ -466,3 +466,62 @@ impl Accumulator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::types::ToolSpec;
+
+    fn client(base: &str, model: &str) -> OpenAiClient {
+        OpenAiClient::new(OpenAiOptions {
+            provider: "openai".into(),
+            base_url: base.into(),
+            model: model.into(),
+            api_key: Some("k".into()),
+            key_var: "OPENAI_API_KEY".into(),
+            net: ModelNetConfig::default(),
+            stream: true,
+        })
+        .unwrap()
+    }
+
+    fn req() -> Request {
+        let mut r = Request::new(vec![Message::user("hi")], 77);
+        r.temperature = Some(0.3);
+        r.tools = ["a", "b"]
+            .into_iter()
+            .map(|n| ToolSpec {
+                name: n.into(),
+                description: n.into(),
+                parameters: json!({"type": "object"}),
+            })
+            .collect();
+        r.tool_choice = ToolChoice::Tool("b".into());
+        r
+    }
+
+    #[test]
+    fn official_endpoint_gets_openai_forms() {
+        let b = client(DEFAULT_BASE_URL, "gpt-5-mini").body(&req());
+        assert_eq!(b["max_completion_tokens"], 77);
+        assert!(b.get("max_tokens").is_none());
+        assert!(b.get("temperature").is_none(), "reasoning models reject it");
+        assert_eq!(
+            b["tool_choice"],
+            json!({"type": "function", "function": {"name": "b"}})
+        );
+        assert_eq!(b["tools"].as_array().map(Vec::len), Some(2));
+        let b = client(DEFAULT_BASE_URL, "gpt-4o").body(&req());
+        assert!((b["temperature"].as_f64().unwrap_or_default() - 0.3).abs() < 1e-6);
+    }
+
+    #[test]
+    fn compatible_server_gets_portable_forms() {
+        let b = client("http://127.0.0.1:8080/v1", "gpt-5-mini").body(&req());
+        assert_eq!(b["max_tokens"], 77);
+        assert!(b.get("temperature").is_some());
+        assert_eq!(b["tool_choice"], "required");
+        assert_eq!(b["tools"].as_array().map(Vec::len), Some(1));
+        assert_eq!(b["tools"][0]["function"]["name"], "b");
+    }
+}

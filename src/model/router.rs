@@ -457,6 +457,15 @@ impl Router {
             .spent()
     }
 
+    /// Time since the run started (including a resumed run's earlier time): persist it with
+    /// [`Router::spent`] so a resumed run keeps its budget.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+
     /// Usage per role and spec, in role order.
     pub fn usage(&self) -> Vec<(Role, String, UsageLine)> {
         self.usage

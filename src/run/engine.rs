@@ -639,7 +639,7 @@ impl<'a> Active<'a> {
     }
 
     fn project_map(&self, goal: &str) -> String {
-        super::context::project_map(&self.svc.repo, &self.rec.worktree, goal)
+        super::context::project_map(&self.rec.worktree, goal)
     }
 
     /// The planner's conversation, until `update_plan` is called. `false` when the run

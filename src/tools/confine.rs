@@ -15,6 +15,9 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
+/// Largest file a tool reads into memory.
+pub const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
+
 /// A refusal the model can act on, or an I/O fault of the harness.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfineError {
@@ -191,12 +194,32 @@ impl Root {
     /// Read a file beneath the root.
     pub fn read(&self, path: &str) -> Result<(RelPath, Vec<u8>), ConfineError> {
         let rel = check_relative(path)?;
-        let fd =
-            openat2(&self.dir, rel.as_path(), libc::O_RDONLY, 0, 0).map_err(|e| io_err(path, e))?;
+        // O_NONBLOCK: opening a FIFO the model planted must not hang the run.
+        let fd = openat2(
+            &self.dir,
+            rel.as_path(),
+            libc::O_RDONLY | libc::O_NONBLOCK,
+            0,
+            0,
+        )
+        .map_err(|e| io_err(path, e))?;
         let real = self.verify(&fd, path)?;
         let mut f = File::from(fd);
-        if f.metadata().map_err(|e| io_err(path, e))?.is_dir() {
+        let meta = f.metadata().map_err(|e| io_err(path, e))?;
+        if meta.is_dir() {
             return Err(io_err(path, io::Error::from_raw_os_error(libc::EISDIR)));
+        }
+        if !meta.is_file() {
+            return Err(ConfineError::Refused(format!(
+                "{path}: is not a regular file (a device, FIFO or socket); only files can be read"
+            )));
+        }
+        if meta.len() > MAX_READ_BYTES {
+            return Err(ConfineError::Refused(format!(
+                "{path}: is {} bytes, larger than the {} bytes a tool reads; use search to find the lines you need",
+                meta.len(),
+                MAX_READ_BYTES
+            )));
         }
         let mut buf = Vec::new();
         f.read_to_end(&mut buf).map_err(|e| io_err(path, e))?;
@@ -265,8 +288,15 @@ impl Root {
         let (dir, name, real) = self.parent(path, true)?;
         guard(&real)?;
         let existed = self.leaf_kind(&dir, &name, path)?.is_some();
-        let tmp_name = CString::new(format!(".{}.git-agent-tmp", std::process::id()).into_bytes())
-            .map_err(|_| ConfineError::Refused(format!("{path}: invalid name")))?;
+        let tmp_name = CString::new(
+            format!(
+                ".{}.{:016x}.git-agent-tmp",
+                std::process::id(),
+                fastrand::u64(..)
+            )
+            .into_bytes(),
+        )
+        .map_err(|_| ConfineError::Refused(format!("{path}: invalid name")))?;
         // Keep the existing file's permission bits.
         let mode = self.leaf_mode(&dir, &name).unwrap_or(0o644);
         // Write a temporary file beside the target, then rename over it: a reader never sees a
@@ -327,15 +357,26 @@ impl Root {
         let fd = openat2(
             &dir,
             Path::new(OsStr::from_bytes(name.as_bytes())),
-            libc::O_RDONLY | libc::O_NOFOLLOW,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
             0,
             0,
         )
         .map_err(|e| io_err(path, e))?;
+        let mut f = File::from(fd);
+        let meta = f.metadata().map_err(|e| io_err(path, e))?;
+        if !meta.is_file() {
+            return Err(ConfineError::Refused(format!(
+                "{path}: is not a regular file; only files can be edited"
+            )));
+        }
+        if meta.len() > MAX_READ_BYTES {
+            return Err(ConfineError::Refused(format!(
+                "{path}: is {} bytes, too large to edit with edit_file",
+                meta.len()
+            )));
+        }
         let mut buf = Vec::new();
-        File::from(fd)
-            .read_to_end(&mut buf)
-            .map_err(|e| io_err(path, e))?;
+        f.read_to_end(&mut buf).map_err(|e| io_err(path, e))?;
         Ok((real, buf))
     }
 

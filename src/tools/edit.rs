@@ -181,17 +181,21 @@ fn find_and_apply(text: &str, old: &str, new: &str, eol: &str) -> Result<Applied
         match found.len() {
             0 => continue,
             1 => {
-                let at = found[0];
+                if let Some(lines) = indentation_twins(text, found[0], &needle) {
+                    return Err(ambiguous(lines));
+                }
+                let (at, end) =
+                    absorb_edge_blanks(text, found[0], found[0] + needle.len(), old, new);
                 let replacement = to_eol(new, eol);
                 let mut content = String::with_capacity(text.len() + replacement.len());
                 content.push_str(&text[..at]);
                 content.push_str(&replacement);
-                content.push_str(&text[at + needle.len()..]);
+                content.push_str(&text[end..]);
                 return Ok(Applied {
                     content: content.into_bytes(),
                     kind,
                     start_line: line_of(text, at),
-                    old_lines: count_lines(&needle),
+                    old_lines: count_lines(&text[at..end]),
                     new_lines: count_lines(&replacement),
                 });
             }
@@ -241,6 +245,140 @@ fn find_and_apply(text: &str, old: &str, new: &str, eol: &str) -> Result<Applied
         Typo::None => {}
     }
     Err(not_found(&file, &old_l.lines))
+}
+
+/// For an exact match of whole lines: the start lines of every place where the same lines
+/// appear at another indentation, if there are any. Models often get indentation wrong, so an
+/// exact match with an indentation-shifted twin elsewhere is ambiguous.
+fn indentation_twins(text: &str, at: usize, needle: &str) -> Option<Vec<usize>> {
+    let line_start = at == 0 || text[..at].ends_with('\n');
+    let lines = split_lines(needle);
+    let nonblank = lines.lines.iter().filter(|l| !l.trim().is_empty()).count();
+    if !line_start || nonblank == 0 {
+        return None;
+    }
+    let file = FileLines::new(text);
+    let level = Level {
+        norm: Norm::Trim,
+        skip_blanks: false,
+        kind: MatchKind::Indentation,
+    };
+    let cands = find_candidates(&file, &lines.lines, level);
+    if cands.len() <= 1 {
+        return None;
+    }
+    let exact_line = line_of(text, at);
+    let exact_end = exact_line + lines.lines.len();
+    // Windows overlapping the exact match (runs of closing brackets shifted by one line) are
+    // not other places.
+    let mut starts: Vec<usize> = cands
+        .iter()
+        .map(|c| c.start + 1)
+        .filter(|&s| s == exact_line || s + lines.lines.len() <= exact_line || s >= exact_end)
+        .collect();
+    if starts.len() <= 1 {
+        return None;
+    }
+    if !starts.contains(&exact_line) {
+        starts.push(exact_line);
+    }
+    starts.sort_unstable();
+    Some(starts)
+}
+
+/// Blank lines at the start and at the end of a text (whole lines only).
+fn edge_blank_lines(s: &str) -> (usize, usize) {
+    let norm = s.replace("\r\n", "\n");
+    if norm.trim().is_empty() {
+        return (0, 0);
+    }
+    let lead = norm
+        .split_inclusive('\n')
+        .take_while(|l| l.ends_with('\n') && l.trim().is_empty())
+        .count();
+    let trail = match norm.strip_suffix('\n') {
+        Some(body) => body
+            .split('\n')
+            .rev()
+            .take_while(|l| l.trim().is_empty())
+            .count(),
+        None => 0,
+    };
+    (lead, trail)
+}
+
+/// When new_text begins (or ends) with blank lines that old_text lacks and the file has exactly
+/// those blank lines just before (after) the match, the model left them out of old_text: they
+/// are context, and the match grows over them so they are not doubled.
+fn absorb_edge_blanks(
+    text: &str,
+    mut start: usize,
+    mut end: usize,
+    old: &str,
+    new: &str,
+) -> (usize, usize) {
+    let (old_lead, old_trail) = edge_blank_lines(old);
+    let (mut new_lead, mut new_trail) = edge_blank_lines(new);
+    let new_norm = new.replace("\r\n", "\n");
+    if !new_norm.is_empty() && new_norm.trim().is_empty() && new_norm.ends_with('\n') {
+        // Only blank lines are left: those beyond the old text's own edge blank lines are
+        // context the old text missed, absorbed before the match first.
+        let blanks = new_norm.matches('\n').count();
+        let extra = blanks.saturating_sub(old_lead + old_trail);
+        let before = text[..start]
+            .strip_suffix('\n')
+            .map_or(0, |t| {
+                t.split('\n')
+                    .rev()
+                    .take_while(|l| l.trim().is_empty())
+                    .count()
+            })
+            .min(if text[..start].ends_with('\n') {
+                extra
+            } else {
+                0
+            });
+        new_lead = old_lead + before;
+        new_trail = old_trail + (extra - before);
+    }
+    if new_lead > old_lead && (start == 0 || text[..start].ends_with('\n')) {
+        let mut t = start;
+        let mut ok = true;
+        for _ in 0..new_lead - old_lead {
+            if t == 0 {
+                ok = false;
+                break;
+            }
+            let prev = text[..t - 1].rfind('\n').map_or(0, |i| i + 1);
+            if text[prev..t].trim().is_empty() {
+                t = prev;
+            } else {
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            start = t;
+        }
+    }
+    if new_trail > old_trail && text[..end].ends_with('\n') && old.ends_with('\n') {
+        let mut t = end;
+        let mut ok = true;
+        for _ in 0..new_trail - old_trail {
+            let next = text[t..].find('\n').map(|i| t + i + 1);
+            match next {
+                Some(n) if text[t..n].trim().is_empty() => t = n,
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            end = t;
+        }
+    }
+    (start, end)
 }
 
 fn count_lines(s: &str) -> usize {
@@ -442,7 +580,13 @@ fn indent_map(file: &FileLines, old: &[String], pairs: &[(usize, usize)]) -> Opt
     {
         return Some(IndentMap::Remove(p.to_string()));
     }
-    let tabs = ws.iter().any(|(f, _)| f.contains('\t'));
+    // Render with tabs where most indented lines of the region use them.
+    let with_tabs = ws.iter().filter(|(f, _)| f.contains('\t')).count();
+    let with_spaces = ws
+        .iter()
+        .filter(|(f, _)| !f.is_empty() && !f.contains('\t'))
+        .count();
+    let tabs = with_tabs > 0 && with_tabs >= with_spaces;
     for tab in [4usize, 8, 2] {
         let d0 = width(f0, tab) as isize - width(o0, tab) as isize;
         if ws
@@ -559,9 +703,9 @@ enum Typo {
 /// lines all match but for a small total edit distance.
 fn typo_candidate(file: &FileLines, old: &[String]) -> Typo {
     let on = nonblank(old);
-    // Enough lines that match exactly to anchor the place; a typo in a one- or two-line
-    // snippet is indistinguishable from different code.
-    if on.len() < 3 {
+    // At least one other line must match to anchor the place; a typo in a one-line snippet
+    // is indistinguishable from different code.
+    if on.len() < 2 {
         return Typo::None;
     }
     let fnb: Vec<usize> = (0..file.lines.len())
@@ -711,6 +855,13 @@ enum Inline {
 }
 
 fn inline_map(file: &FileLines, old: &[String], pairs: &[(usize, usize)]) -> Inline {
+    // Old text with tabs against a region without any: the tabs were the model's, and the
+    // file's style is spaces throughout.
+    if pairs.iter().all(|&(_, f)| !file.lines[f].contains('\t'))
+        && pairs.iter().any(|&(o, _)| old[o].contains('\t'))
+    {
+        return Inline::TabsToSpaces;
+    }
     for &(o, f) in pairs {
         let fr = file.lines[f].trim();
         let or = old[o].trim();
@@ -729,7 +880,10 @@ fn inline_map(file: &FileLines, old: &[String], pairs: &[(usize, usize)]) -> Inl
 
 fn reindent(line: &str, map: &IndentMap, inline: Inline) -> String {
     if line.trim().is_empty() {
-        return line.to_string();
+        return match inline {
+            Inline::TabsToSpaces => line.replace('\t', "    "),
+            _ => line.to_string(),
+        };
     }
     let ws = leading(line);
     let rest = &line[ws.len()..];
@@ -754,6 +908,12 @@ fn reindent(line: &str, map: &IndentMap, inline: Inline) -> String {
             }
         }
     };
+    let ws = match (inline, map) {
+        (_, IndentMap::Width { .. }) => ws,
+        (Inline::TabsToSpaces, _) => ws.replace('\t', "    "),
+        (Inline::SpacesToTabs, _) => ws.replace("    ", "\t"),
+        (Inline::Keep, _) => ws,
+    };
     format!("{ws}{rest}")
 }
 
@@ -774,9 +934,31 @@ fn apply_candidate(
     };
     // A new line identical to an old line the model meant to keep becomes that line as the
     // file has it, so context survives exactly whatever the model got wrong about it.
+    // Where a line differs only by trailing whitespace, the model's new line is taken as
+    // written (the trailing whitespace may be the change itself).
+    let direct = c.end - c.start == old.lines.len();
     let mut cursor = 0;
+    let mut blank_cursor = 0;
     let mut out_lines: Vec<String> = Vec::with_capacity(new.lines.len());
     for nl in &new.lines {
+        if nl.trim().is_empty() {
+            // A blank line of the old text kept in the new: keep the file's own blank line
+            // (its whitespace), when lines map one to one.
+            let same = direct
+                .then(|| {
+                    (blank_cursor..old.lines.len())
+                        .find(|&i| old.lines[i] == *nl && file.lines[c.start + i].trim().is_empty())
+                })
+                .flatten();
+            match same {
+                Some(i) => {
+                    out_lines.push(file.lines[c.start + i].to_string());
+                    blank_cursor = i + 1;
+                }
+                None => out_lines.push(reindent(nl, &c.indent, inline)),
+            }
+            continue;
+        }
         let same = c
             .pairs
             .iter()
@@ -784,21 +966,64 @@ fn apply_candidate(
             .position(|&(o, _)| old.lines[o] == *nl)
             .map(|p| p + cursor);
         match same {
-            Some(p) if !nl.trim().is_empty() => {
+            Some(p)
+                if old.lines[c.pairs[p].0].trim_end() != file.lines[c.pairs[p].1].trim_end() =>
+            {
                 out_lines.push(file.lines[c.pairs[p].1].to_string());
                 cursor = p + 1;
+                blank_cursor = blank_cursor.max(c.pairs[p].0 + 1);
             }
-            _ => out_lines.push(reindent(nl, &c.indent, inline)),
+            Some(p) => {
+                // The model had this line right but for trailing whitespace: keep its line.
+                out_lines.push(nl.clone());
+                cursor = p + 1;
+                blank_cursor = blank_cursor.max(c.pairs[p].0 + 1);
+            }
+            None => out_lines.push(reindent(nl, &c.indent, inline)),
         }
     }
-    let region_start = file.starts[c.start];
-    let region_end = file.ends[c.end - 1];
-    let last_has_term = file.has_term[c.end - 1];
-    let mut replacement = out_lines.join(eol);
-    if !out_lines.is_empty()
-        && last_has_term
-        && (new.final_newline || !old.final_newline || c.end < file.lines.len())
+    let (mut start, mut end) = (c.start, c.end);
+    let old_lead = old.lines.iter().take_while(|l| l.trim().is_empty()).count();
+    let new_lead = new.lines.iter().take_while(|l| l.trim().is_empty()).count();
+    let old_trail = old
+        .lines
+        .iter()
+        .rev()
+        .take_while(|l| l.trim().is_empty())
+        .count();
+    let new_trail = new
+        .lines
+        .iter()
+        .rev()
+        .take_while(|l| l.trim().is_empty())
+        .count();
+    if new_lead > old_lead
+        && start >= new_lead - old_lead
+        && (start - (new_lead - old_lead)..start).all(|i| file.lines[i].trim().is_empty())
     {
+        start -= new_lead - old_lead;
+    }
+    if new_trail > old_trail
+        && old.final_newline
+        && end + (new_trail - old_trail) <= file.lines.len()
+        && (end..end + (new_trail - old_trail))
+            .all(|i| file.lines[i].trim().is_empty() && file.has_term[i])
+    {
+        end += new_trail - old_trail;
+    }
+    let region_start = file.starts[start];
+    let region_end = file.ends[end - 1];
+    let last_has_term = file.has_term[end - 1];
+    let mut replacement = out_lines.join(eol);
+    let terminate = if last_has_term {
+        // Lines are whole: the region's terminator stays unless the model removed the file's
+        // final newline on purpose.
+        new.final_newline || !old.final_newline || end < file.lines.len()
+    } else {
+        // The file ends without a newline here: add one only when the model did so explicitly.
+        new.final_newline && !old.final_newline
+    };
+    if !out_lines.is_empty() && terminate {
         replacement.push_str(eol);
     }
     let mut content = String::with_capacity(text.len() + replacement.len());
@@ -808,8 +1033,8 @@ fn apply_candidate(
     Applied {
         content: content.into_bytes(),
         kind,
-        start_line: c.start + 1,
-        old_lines: c.end - c.start,
+        start_line: start + 1,
+        old_lines: end - start,
         new_lines: out_lines.len(),
     }
 }
@@ -992,6 +1217,17 @@ mod tests {
         assert_eq!(out, "alpha()\nbeta()\ngamma2()\ndelta()\n");
     }
 
+    /// Regression: a blank context line left out of old_text but kept in new_text was doubled.
+    #[test]
+    fn blank_context_line_missing_from_old_text_is_not_doubled() {
+        let file = "fn a() {}\n\nfn b() {\n    1\n}\n\nfn c() {}\n";
+        let (out, _) = apply(file, "fn b() {\n    1\n}\n", "\nfn b() {\n    2\n}\n\n").unwrap();
+        assert_eq!(out, file.replace("    1", "    2"));
+        // Without blank lines in the file to absorb, the new blank line is inserted.
+        let (out, _) = apply("x\ny\n", "y\n", "\ny\n").unwrap();
+        assert_eq!(out, "x\n\ny\n");
+    }
+
     #[test]
     fn small_typo_is_tolerated_when_unique() {
         let file = "fn main() {\n    let configuration = load_settings();\n    run(configuration);\n    finish();\n}\n";
@@ -1026,6 +1262,20 @@ mod tests {
         let err = apply(file, "x = 1\n", "x = 3\n").unwrap_err();
         assert_eq!(err.reason, RefusalReason::Ambiguous { lines: vec![1, 3] });
         assert!(err.message.contains("lines 1, 3"), "{}", err.message);
+    }
+
+    /// Regression: an exact match whose lines also appear elsewhere at another indentation was
+    /// applied where the model's wrongly indented text happened to match.
+    #[test]
+    fn exact_match_with_an_indentation_twin_is_refused() {
+        let file = "fn a() {\n    x();\n    y();\n}\nfn b() {\n    if c {\n        x();\n        y();\n    }\n}\n";
+        let err = apply(file, "        x();\n        y();\n", "        z();\n").unwrap_err();
+        assert_eq!(err.reason, RefusalReason::Ambiguous { lines: vec![2, 7] });
+        // Runs of closing brackets overlapping the match are not twins.
+        let file = "f(|| {\n    g(|| {\n    })\n})\n";
+        let (out, kind) = apply(file, "    })\n})\n", "    });\n});\n").unwrap();
+        assert_eq!(kind, MatchKind::Exact);
+        assert_eq!(out, "f(|| {\n    g(|| {\n    });\n});\n");
     }
 
     #[test]
@@ -1101,7 +1351,9 @@ mod tests {
 
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(200))]
-            /// An old text that occurs exactly once is always replaced exactly there.
+            /// An old text that occurs exactly once is always replaced exactly there (blank lines
+            /// new_text adds at its edges can merge with blank lines already there), unless the
+            /// same lines also occur at another indentation, which is refused as ambiguous.
             #[test]
             fn exact_unique_edit_always_applies(
                 lines in proptest::collection::vec("[a-z ]{0,12}", 1..30),
@@ -1112,9 +1364,35 @@ mod tests {
                 let end = (start + len).min(lines.len());
                 let old: String = lines[start..end].iter().map(|l| format!("{l}\n")).collect();
                 prop_assume!(occurrences(&text, &old).len() == 1 && old != new);
-                let out = apply_edit(text.as_bytes(), &old, &new).unwrap();
+                let at = text.find(&old).unwrap();
+                let out = match apply_edit(text.as_bytes(), &old, &new) {
+                    Ok(out) => out,
+                    Err(r) => {
+                        // The one refusal an exact match can get: the same lines elsewhere at
+                        // another indentation, listed with the exact place among them.
+                        let RefusalReason::Ambiguous { lines } = r.reason else {
+                            return Err(TestCaseError::fail(format!("refused: {}", r.message)));
+                        };
+                        prop_assert!(indentation_twins(&text, at, &old).is_some());
+                        prop_assert!(lines.contains(&line_of(&text, at)) && lines.len() > 1);
+                        return Ok(());
+                    }
+                };
                 prop_assert_eq!(out.kind, MatchKind::Exact);
-                prop_assert_eq!(String::from_utf8(out.content).unwrap(), text.replacen(&old, &new, 1));
+                let got = String::from_utf8(out.content).unwrap();
+                let literal = text.replacen(&old, &new, 1);
+                let (ol, ot) = edge_blank_lines(&old);
+                let (nl, nt) = edge_blank_lines(&new);
+                let only_blank = !new.is_empty() && new.trim().is_empty();
+                if nl <= ol && nt <= ot && !only_blank {
+                    prop_assert_eq!(got, literal);
+                } else {
+                    // Blank lines new_text adds at its edges may be absorbed by blank lines the
+                    // file already has there; everything else is the literal replacement.
+                    let squeeze = |s: &str| s.lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join("\n");
+                    prop_assert_eq!(squeeze(&got), squeeze(&literal));
+                    prop_assert!(got.len() <= literal.len());
+                }
             }
         }
     }

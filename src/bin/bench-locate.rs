@@ -1,0 +1,255 @@
+//! bench-locate: file-level localization on SWE-bench issues, against a plain BM25 baseline
+//! over the `.py` files computed in the same run.
+//!
+//! Each line of the data file is `{"instance_id","repo","base_commit","problem_statement",
+//! "gold_files"}`; repositories are bare git directories under `--mirrors` named
+//! `owner+name/repo`. A hit at k needs every gold file in the top k. The index is built once per
+//! instance to fill the cache (cold), then the measured pass builds it again from the cache and
+//! ranks (warm), as a run would.
+//!
+//! `cargo run --release --bin bench-locate -- [--data F] [--mirrors DIR] [--cache DIR]
+//! [--opts JSON] [--no-baseline] [--misses]`
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use git_agent::index::{CacheLocation, Index, IndexOptions, RankOptions, skip_path, text};
+use git_agent::workspace::Repo;
+use gix::bstr::ByteSlice as _;
+
+#[derive(serde::Deserialize)]
+struct Instance {
+    instance_id: String,
+    repo: String,
+    base_commit: String,
+    problem_statement: String,
+    gold_files: Vec<String>,
+}
+
+const KS: [usize; 4] = [1, 3, 5, 10];
+
+#[derive(Default)]
+struct Tally {
+    hits: [usize; 4],
+    n: usize,
+    secs: f64,
+}
+
+impl Tally {
+    fn add(&mut self, ranked: &[String], gold: &[String], secs: f64) {
+        self.n += 1;
+        self.secs += secs;
+        for (h, k) in self.hits.iter_mut().zip(KS) {
+            let top = &ranked[..ranked.len().min(k)];
+            if gold.iter().all(|g| top.contains(g)) {
+                *h += 1;
+            }
+        }
+    }
+    fn row(&self, name: &str) -> String {
+        let pct = |h: usize| 100.0 * h as f64 / self.n.max(1) as f64;
+        format!(
+            "| {name} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.3} s |",
+            pct(self.hits[0]),
+            pct(self.hits[1]),
+            pct(self.hits[2]),
+            pct(self.hits[3]),
+            self.secs / self.n.max(1) as f64
+        )
+    }
+}
+
+/// Plain BM25 (k1 1.2, b 0.75) over the `.py` files of a commit, lowercase words, no
+/// identifier splitting, no path terms.
+fn bm25_baseline(repo: &Repo, commit: &str, query: &str) -> Result<Vec<String>> {
+    let gix = repo.gix();
+    let id = repo.resolve(commit)?;
+    let tree = gix.find_commit(id)?.tree()?;
+    let mut rec = gix::traverse::tree::Recorder::default();
+    tree.traverse().breadthfirst(&mut rec)?;
+    let mut docs: Vec<(String, HashMap<String, u32>, u32)> = Vec::new();
+    for e in rec.records {
+        let path = e.filepath.to_str_lossy().into_owned();
+        if !e.mode.is_blob() || !path.ends_with(".py") {
+            continue;
+        }
+        let data = gix.find_object(e.oid)?.detach().data;
+        let text = String::from_utf8_lossy(&data);
+        let mut tf: HashMap<String, u32> = HashMap::new();
+        let mut len = 0;
+        text::plain_words(&text, |w| {
+            *tf.entry(w.to_string()).or_default() += 1;
+            len += 1;
+        });
+        docs.push((path, tf, len));
+    }
+    let n = docs.len() as f64;
+    let avg = docs.iter().map(|d| f64::from(d.2)).sum::<f64>() / n.max(1.0);
+    let mut df: HashMap<&str, u32> = HashMap::new();
+    for (_, tf, _) in &docs {
+        for t in tf.keys() {
+            *df.entry(t.as_str()).or_default() += 1;
+        }
+    }
+    let mut q: HashMap<String, u32> = HashMap::new();
+    text::plain_words(query, |w| *q.entry(w.to_string()).or_default() += 1);
+    let (k1, b) = (1.2, 0.75);
+    let mut scored: Vec<(f64, &str)> = docs
+        .iter()
+        .map(|(path, tf, len)| {
+            let mut s = 0.0;
+            for (t, &qtf) in &q {
+                let Some(&f) = tf.get(t) else { continue };
+                let d = f64::from(df[t.as_str()]);
+                let idf = ((n - d + 0.5) / (d + 0.5) + 1.0).ln();
+                let f = f64::from(f);
+                s += f64::from(qtf) * idf * f * (k1 + 1.0)
+                    / (f + k1 * (1.0 - b + b * f64::from(*len) / avg));
+            }
+            (s, path.as_str())
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    Ok(scored
+        .into_iter()
+        .take(10)
+        .map(|(_, p)| p.to_string())
+        .collect())
+}
+
+fn main() -> Result<()> {
+    let mut data = PathBuf::from("/work/shared/bench/localization/dev.jsonl");
+    let mut mirrors = PathBuf::from("/work/.mirror");
+    let mut cache_root = std::env::temp_dir().join("git-agent-bench-locate-cache");
+    let mut opts = RankOptions::default();
+    let mut baseline = true;
+    let mut misses = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--data" => data = args.next().context("--data needs a path")?.into(),
+            "--mirrors" => mirrors = args.next().context("--mirrors needs a path")?.into(),
+            "--cache" => cache_root = args.next().context("--cache needs a path")?.into(),
+            "--opts" => {
+                opts = serde_json::from_str(&args.next().context("--opts needs JSON")?)?;
+            }
+            "--no-baseline" => baseline = false,
+            "--misses" => misses = true,
+            other => anyhow::bail!("unknown argument {other}"),
+        }
+    }
+    let text = std::fs::read_to_string(&data).with_context(|| format!("reading {data:?}"))?;
+    let instances: Vec<Instance> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let mut repos: HashMap<String, Repo> = HashMap::new();
+    for inst in &instances {
+        if !repos.contains_key(&inst.repo) {
+            let dir = mirrors.join(inst.repo.replace('/', "+")).join("repo");
+            let repo = Repo::open(&dir).with_context(|| format!("opening {dir:?}"))?;
+            repos.insert(inst.repo.clone(), repo);
+        }
+    }
+    let index_opts = |repo: &str| IndexOptions {
+        cache: CacheLocation::Dir(cache_root.join(repo.replace('/', "+"))),
+        ..IndexOptions::default()
+    };
+
+    // Cold pass: fills the cache.
+    let t = Instant::now();
+    let mut parsed = 0;
+    for inst in &instances {
+        let idx = Index::at_commit(
+            &repos[&inst.repo],
+            &inst.base_commit,
+            &index_opts(&inst.repo),
+        )?;
+        parsed += idx.stats().parsed;
+    }
+    eprintln!(
+        "cold pass: {} instances, {parsed} files parsed, {:.1} s",
+        instances.len(),
+        t.elapsed().as_secs_f64()
+    );
+
+    let mut ours = Tally::default();
+    let mut base = Tally::default();
+    let mut per_repo: HashMap<&str, (Tally, Tally)> = HashMap::new();
+    for inst in &instances {
+        let repo = &repos[&inst.repo];
+        let t = Instant::now();
+        let idx = Index::at_commit(repo, &inst.base_commit, &index_opts(&inst.repo))?;
+        let ranked: Vec<String> = idx
+            .rank(&inst.problem_statement, &opts)
+            .into_iter()
+            .take(10)
+            .map(|r| r.path)
+            .collect();
+        let secs = t.elapsed().as_secs_f64();
+        ours.add(&ranked, &inst.gold_files, secs);
+        let entry = per_repo.entry(inst.repo.as_str()).or_default();
+        entry.0.add(&ranked, &inst.gold_files, secs);
+        if misses
+            && !inst
+                .gold_files
+                .iter()
+                .all(|g| ranked[..ranked.len().min(5)].contains(g))
+        {
+            let full = idx.rank(&inst.problem_statement, &opts);
+            let pos: Vec<String> = inst
+                .gold_files
+                .iter()
+                .map(|g| {
+                    let p = full.iter().position(|r| &r.path == g);
+                    let skipped = skip_path(g) || idx.file(g).is_none();
+                    format!(
+                        "{g}@{}{}",
+                        p.map_or("-".into(), |p| (p + 1).to_string()),
+                        if skipped { "(not indexed)" } else { "" }
+                    )
+                })
+                .collect();
+            eprintln!(
+                "MISS {} gold {:?} top {:?}",
+                inst.instance_id,
+                pos,
+                &ranked[..ranked.len().min(5)]
+            );
+        }
+        if baseline {
+            let t = Instant::now();
+            let b = bm25_baseline(repo, &inst.base_commit, &inst.problem_statement)?;
+            let secs = t.elapsed().as_secs_f64();
+            base.add(&b, &inst.gold_files, secs);
+            entry.1.add(&b, &inst.gold_files, secs);
+        }
+    }
+    println!("{} instances from {data:?}\n", instances.len());
+    println!("| method | Acc@1 | Acc@3 | Acc@5 | Acc@10 | time/query |");
+    println!("|---|---|---|---|---|---|");
+    println!("{}", ours.row("git-agent index (warm cache)"));
+    if baseline {
+        println!("{}", base.row("BM25 baseline (.py files)"));
+    }
+    println!("\n| repository | n | ours Acc@5 | BM25 Acc@5 |");
+    println!("|---|---|---|---|");
+    let mut names: Vec<&&str> = per_repo.keys().collect();
+    names.sort();
+    for name in names {
+        let (o, b) = &per_repo[*name];
+        let pct = |t: &Tally| 100.0 * t.hits[2] as f64 / t.n.max(1) as f64;
+        println!(
+            "| {name} | {} | {:.1}% | {:.1}% |",
+            o.n,
+            pct(o),
+            if baseline { pct(b) } else { f64::NAN }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! Errors of the forge module.
+
+/// Errors from talking to a forge.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The forge answered with a status we do not retry.
+    #[error("{method} {path}: HTTP {status}: {message}")]
+    Http {
+        /// HTTP method of the request.
+        method: String,
+        /// Path of the request (no host, no query secrets).
+        path: String,
+        /// The status code.
+        status: u16,
+        /// GitHub's `message`, or the start of the body.
+        message: String,
+    },
+    /// Rate-limited more often, or for longer, than the retry policy allows.
+    #[error("{method} {path}: rate limited; gave up after {attempts} attempts ({why})")]
+    RateLimited {
+        /// HTTP method of the request.
+        method: String,
+        /// Path of the request.
+        path: String,
+        /// Requests made.
+        attempts: u32,
+        /// Why the policy stopped waiting.
+        why: String,
+    },
+    /// The request could not be sent or its response not read.
+    #[error("{method} {path}: {source}")]
+    Transport {
+        /// HTTP method of the request.
+        method: String,
+        /// Path of the request.
+        path: String,
+        /// The underlying client error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A response did not have the documented shape.
+    #[error("{what}: unexpected response: {source}")]
+    Decode {
+        /// Which response.
+        what: String,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// Authentication could not be set up (bad App key, no token).
+    #[error("github authentication: {0}")]
+    Auth(String),
+    /// The API base URL is not usable.
+    #[error("github api base {url}: {why}")]
+    BaseUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Pushing the run branch failed.
+    #[error("push to {remote}: {source}")]
+    Push {
+        /// The remote.
+        remote: String,
+        /// The git engine's error.
+        source: crate::workspace::Error,
+    },
+    /// A background task died (a bug, not a forge failure).
+    #[error("forge task: {0}")]
+    Join(String),
+}
+
+/// `Result` with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

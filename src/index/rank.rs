@@ -1,0 +1,762 @@
+//! Ranking files for a query (issue text, CI log, goal) with no model.
+//!
+//! Three signals, added: lexical relevance (BM25 over split identifiers, with path and
+//! definition-name terms weighted up), exact mentions (file paths and stack-trace frames,
+//! dotted module paths, identifiers resolved to the files defining them) and centrality in the
+//! file graph (imports and references to definitions) personalized by the files the first two
+//! signals found. Tests and non-code files are damped unless the query is about them.
+
+use std::collections::HashMap;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use super::build::IndexedFile;
+use super::text;
+
+/// Weights of the ranking: plain data, so a caller can tune them without code.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RankOptions {
+    /// BM25 term-frequency saturation.
+    pub k1: f64,
+    /// BM25 length normalization.
+    pub b: f64,
+    /// Extra term frequency given to each term of a file's path.
+    pub path_term_weight: f64,
+    /// Extra term frequency given to each term of a definition's name.
+    pub def_term_weight: f64,
+    /// Weight of the (max-normalized) BM25 score.
+    pub lexical: f64,
+    /// Boost for a file named by a path mention (split among the files it could mean).
+    pub path_mention: f64,
+    /// Boost for a module named by a dotted path.
+    pub module_mention: f64,
+    /// Boost for defining a mentioned identifier (scaled by the identifier's rarity).
+    pub ident_mention: f64,
+    /// Weight of the personalized centrality.
+    pub centrality: f64,
+    /// Restart probability complement of the personalized PageRank.
+    pub damping: f64,
+    /// Multiplier for test files when the query is not about tests.
+    pub test_factor: f64,
+    /// Multiplier for files that are not parsed code (docs, data, config).
+    pub non_code_factor: f64,
+    /// Multiplier for code under documentation and example directories.
+    pub doc_factor: f64,
+}
+
+impl Default for RankOptions {
+    fn default() -> Self {
+        Self {
+            k1: 1.2,
+            b: 0.5,
+            path_term_weight: 4.0,
+            def_term_weight: 2.0,
+            lexical: 1.0,
+            path_mention: 1.0,
+            module_mention: 0.6,
+            ident_mention: 0.6,
+            centrality: 0.3,
+            damping: 0.5,
+            test_factor: 0.3,
+            non_code_factor: 0.5,
+            doc_factor: 0.5,
+        }
+    }
+}
+
+/// A ranked file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankedFile {
+    /// Repository-relative path.
+    pub path: String,
+    /// Score (higher is more relevant; only comparable within one query).
+    pub score: f64,
+}
+
+/// Whether a path is a test file or lives in a test directory.
+pub fn is_test_path(path: &str) -> bool {
+    let mut segs = path.split('/').peekable();
+    while let Some(seg) = segs.next() {
+        let lower = seg.to_ascii_lowercase();
+        if segs.peek().is_none() {
+            let stem = lower.split('.').next().unwrap_or("");
+            return stem.starts_with("test_")
+                || stem.ends_with("_test")
+                || stem.ends_with("_tests")
+                || stem == "conftest"
+                || stem == "tests"
+                || lower.contains(".test.")
+                || lower.contains(".spec.")
+                || (stem.ends_with("test") && seg.ends_with(".java"));
+        }
+        if matches!(
+            lower.as_str(),
+            "test" | "tests" | "testing" | "__tests__" | "spec" | "specs" | "testdata"
+        ) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a path lives under a documentation or examples directory.
+pub fn is_doc_path(path: &str) -> bool {
+    let mut segs: Vec<&str> = path.split('/').collect();
+    segs.pop();
+    segs.iter().any(|s| {
+        matches!(
+            s.to_ascii_lowercase().as_str(),
+            "doc" | "docs" | "documentation" | "example" | "examples" | "samples"
+        )
+    })
+}
+
+/// Module keys of a path: `src/flask/app.py` → `src/flask/app`; a package's `__init__.py`,
+/// `index.js`, `mod.rs` also stand for their directory.
+fn module_keys(path: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+    let stem = file.split('.').next().unwrap_or(file);
+    keys.push(if dir.is_empty() {
+        stem.to_string()
+    } else {
+        format!("{dir}/{stem}")
+    });
+    if matches!(stem, "__init__" | "index" | "mod" | "lib") && !dir.is_empty() {
+        keys.push(dir.to_string());
+    }
+    if file.ends_with(".go") && !dir.is_empty() {
+        keys.push(dir.to_string());
+    }
+    keys
+}
+
+fn suffixes(key: &str) -> impl Iterator<Item = &str> {
+    std::iter::once(key).chain(key.match_indices('/').map(move |(i, _)| &key[i + 1..]))
+}
+
+/// Derived structures for ranking one index.
+pub struct Ranker {
+    paths: Vec<String>,
+    is_test: Vec<bool>,
+    is_code: Vec<bool>,
+    is_doc: Vec<bool>,
+    term_ids: HashMap<String, u32>,
+    postings: Vec<Vec<(u32, f32)>>,
+    doc_len: Vec<f32>,
+    avg_len: f64,
+    definers: HashMap<String, Vec<u32>>,
+    path_suffix: HashMap<String, Vec<u32>>,
+    module_suffix: HashMap<String, Vec<u32>>,
+    graph: Vec<Vec<(u32, f32)>>,
+}
+
+impl std::fmt::Debug for Ranker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ranker")
+            .field("files", &self.paths.len())
+            .field("terms", &self.term_ids.len())
+            .finish()
+    }
+}
+
+fn push_unique(map: &mut HashMap<String, Vec<u32>>, key: &str, i: u32) {
+    let v = map.entry(key.to_string()).or_default();
+    if v.last() != Some(&i) {
+        v.push(i);
+    }
+}
+
+impl Ranker {
+    /// Derive the ranking structures with the default term weights.
+    pub fn new(files: &[IndexedFile]) -> Ranker {
+        Self::with_options(files, &RankOptions::default())
+    }
+
+    /// Derive the ranking structures.
+    pub fn with_options(files: &[IndexedFile], opts: &RankOptions) -> Ranker {
+        let n = files.len();
+        let mut r = Ranker {
+            paths: files.iter().map(|f| f.path.clone()).collect(),
+            is_test: files.iter().map(|f| is_test_path(&f.path)).collect(),
+            is_code: files.iter().map(|f| f.summary.lang.is_some()).collect(),
+            is_doc: files.iter().map(|f| is_doc_path(&f.path)).collect(),
+            term_ids: HashMap::new(),
+            postings: Vec::new(),
+            doc_len: vec![0.0; n],
+            avg_len: 1.0,
+            definers: HashMap::new(),
+            path_suffix: HashMap::new(),
+            module_suffix: HashMap::new(),
+            graph: vec![Vec::new(); n],
+        };
+        for (i, f) in files.iter().enumerate() {
+            let i32_ = i as u32;
+            let mut extra: HashMap<&str, f32> = HashMap::new();
+            let mut extra_terms: Vec<String> = Vec::new();
+            text::terms(&f.path, |t| extra_terms.push(t.to_string()));
+            let path_terms = extra_terms.len();
+            for d in &f.summary.defs {
+                text::terms(&d.name, |t| extra_terms.push(t.to_string()));
+            }
+            let mut len = 0.0f32;
+            let add = |r: &mut Ranker, term: &str, tf: f32| {
+                let id = match r.term_ids.get(term) {
+                    Some(&id) => id,
+                    None => {
+                        let id = r.postings.len() as u32;
+                        r.term_ids.insert(term.to_string(), id);
+                        r.postings.push(Vec::new());
+                        id
+                    }
+                };
+                let p = &mut r.postings[id as usize];
+                match p.last_mut() {
+                    Some((doc, w)) if *doc == i32_ => *w += tf,
+                    _ => p.push((i32_, tf)),
+                }
+            };
+            for (k, t) in extra_terms.iter().enumerate() {
+                let w = if k < path_terms {
+                    opts.path_term_weight
+                } else {
+                    opts.def_term_weight
+                } as f32;
+                *extra.entry(t.as_str()).or_default() += w;
+            }
+            for (t, c) in &f.summary.terms {
+                let tf = *c as f32 + extra.remove(t.as_str()).unwrap_or(0.0);
+                len += tf;
+                add(&mut r, t, tf);
+            }
+            let mut rest: Vec<(&str, f32)> = extra.drain().collect();
+            rest.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            for (t, w) in rest {
+                len += w;
+                add(&mut r, t, w);
+            }
+            r.doc_len[i] = len;
+            for d in &f.summary.defs {
+                push_unique(&mut r.definers, &d.name, i32_);
+            }
+            for s in suffixes(&f.path) {
+                push_unique(&mut r.path_suffix, s, i32_);
+            }
+            for key in module_keys(&f.path) {
+                for s in suffixes(&key) {
+                    push_unique(&mut r.module_suffix, s, i32_);
+                }
+            }
+        }
+        r.avg_len =
+            (r.doc_len.iter().map(|&l| f64::from(l)).sum::<f64>() / n.max(1) as f64).max(1.0);
+        r.build_graph(files);
+        r
+    }
+
+    fn build_graph(&mut self, files: &[IndexedFile]) {
+        let mut edges: Vec<HashMap<u32, f32>> = vec![HashMap::new(); files.len()];
+        for (i, f) in files.iter().enumerate() {
+            for imp in &f.summary.imports {
+                for j in self.resolve_import(&f.path, imp) {
+                    if j as usize != i {
+                        *edges[i].entry(j).or_default() += 1.0;
+                    }
+                }
+            }
+            for r in &f.summary.refs {
+                if let Some(d) = self.definers.get(r)
+                    && d.len() <= 5
+                {
+                    let w = 0.5 / d.len() as f32;
+                    for &j in d {
+                        if j as usize != i {
+                            *edges[i].entry(j).or_default() += w;
+                        }
+                    }
+                }
+            }
+        }
+        // Undirected: relevance flows both to what a file uses and to what uses it.
+        for (i, out) in edges.iter().enumerate() {
+            for (&j, &w) in out {
+                self.graph[i].push((j, w));
+                self.graph[j as usize].push((i as u32, w));
+            }
+        }
+    }
+
+    fn resolve_import(&self, from: &str, imp: &str) -> Vec<u32> {
+        let dir = from.rsplit_once('/').map_or("", |(d, _)| d);
+        let mut key = String::new();
+        if let Some(rest) = imp
+            .strip_prefix("./")
+            .or_else(|| imp.strip_prefix("../").map(|_| imp))
+        {
+            // JS-style relative path.
+            let mut parts: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
+            let rel = if imp.starts_with("./") { rest } else { imp };
+            for seg in rel.split('/') {
+                match seg {
+                    "." | "" => {}
+                    ".." => {
+                        parts.pop();
+                    }
+                    s => parts.push(s),
+                }
+            }
+            key = parts.join("/");
+        } else if imp.starts_with('.') && !imp.contains('/') {
+            // Python relative import.
+            let dots = imp.len() - imp.trim_start_matches('.').len();
+            let mut parts: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
+            for _ in 1..dots {
+                parts.pop();
+            }
+            let rest = imp.trim_start_matches('.');
+            if !rest.is_empty() {
+                parts.extend(rest.split('.'));
+            }
+            key = parts.join("/");
+        } else {
+            let cleaned = imp
+                .trim_start_matches("crate::")
+                .trim_start_matches("self::")
+                .trim_start_matches("super::");
+            let cleaned = cleaned.split(['{', ' ']).next().unwrap_or(cleaned);
+            if imp.contains('/') {
+                key.push_str(cleaned);
+            } else {
+                key = cleaned.replace("::", "/").replace('.', "/");
+            }
+        }
+        let key = key.trim_end_matches('/');
+        // Strip an extension if one was written.
+        let key = match key.rsplit_once('.') {
+            Some((k, ext)) if !ext.contains('/') && ext.len() <= 4 => k,
+            _ => key,
+        };
+        let mut k = key;
+        loop {
+            if let Some(hits) = self.module_suffix.get(k)
+                && hits.len() <= 3
+            {
+                return hits.clone();
+            }
+            match k.rsplit_once('/') {
+                Some((head, _)) if k.contains('/') => k = head,
+                _ => return Vec::new(),
+            }
+        }
+    }
+
+    /// Rank every file for `query`; the best first, zero scores left out.
+    pub fn rank(&self, query: &str, opts: &RankOptions) -> Vec<RankedFile> {
+        let n = self.paths.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let q = Query::parse(query);
+        let lexical = self.bm25(&q.terms, opts);
+        let mut mention = vec![0.0f64; n];
+        let mut test_mentioned = false;
+        for (p, w) in &q.paths {
+            if let Some(hits) = self.match_path(p) {
+                let share = opts.path_mention * w / hits.len() as f64;
+                for &i in hits {
+                    mention[i as usize] += share;
+                    test_mentioned |= self.is_test[i as usize];
+                }
+            }
+        }
+        for (d, w) in &q.dotted {
+            self.match_dotted(d, *w, opts, &mut mention);
+        }
+        let ln_n = (n as f64 + 1.0).ln();
+        for (ident, w) in &q.idents {
+            let Some(defs) = self.definers.get(ident.as_str()) else {
+                continue;
+            };
+            if defs.len() > 20 {
+                continue;
+            }
+            let rarity = ((n as f64 + 1.0) / defs.len() as f64).ln() / ln_n;
+            let share = opts.ident_mention * w * rarity / (defs.len() as f64).sqrt();
+            for &i in defs {
+                mention[i as usize] += share;
+            }
+        }
+        let max_lex = lexical.iter().copied().fold(0.0, f64::max);
+        let lex_norm: Vec<f64> = lexical
+            .iter()
+            .map(|&s| if max_lex > 0.0 { s / max_lex } else { 0.0 })
+            .collect();
+        // Seeds for the walk: mentions plus the strongest lexical matches.
+        let mut seed: Vec<f64> = (0..n)
+            .map(|i| {
+                mention[i]
+                    + if lex_norm[i] > 0.5 {
+                        lex_norm[i] - 0.5
+                    } else {
+                        0.0
+                    }
+            })
+            .collect();
+        let total: f64 = seed.iter().sum();
+        let centrality = if total > 0.0 && opts.centrality > 0.0 {
+            seed.iter_mut().for_each(|s| *s /= total);
+            let pr = self.personalized_pagerank(&seed, opts.damping);
+            let max = pr.iter().copied().fold(0.0, f64::max);
+            pr.into_iter()
+                .map(|v| if max > 0.0 { v / max } else { 0.0 })
+                .collect()
+        } else {
+            vec![0.0; n]
+        };
+        let about_tests = q.about_tests || test_mentioned;
+        let mut out: Vec<RankedFile> = (0..n)
+            .filter_map(|i| {
+                let mut s =
+                    opts.lexical * lex_norm[i] + mention[i] + opts.centrality * centrality[i];
+                if s <= 0.0 {
+                    return None;
+                }
+                if self.is_test[i] && !about_tests {
+                    s *= opts.test_factor;
+                }
+                if !self.is_code[i] {
+                    s *= opts.non_code_factor;
+                }
+                if self.is_doc[i] {
+                    s *= opts.doc_factor;
+                }
+                Some(RankedFile {
+                    path: self.paths[i].clone(),
+                    score: s,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        out
+    }
+
+    /// Rank every file with no query: PageRank over the file graph, tests and non-code damped.
+    pub fn rank_global(&self, opts: &RankOptions) -> Vec<RankedFile> {
+        let n = self.paths.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let seed = vec![1.0 / n as f64; n];
+        let pr = self.personalized_pagerank(&seed, 0.85);
+        let mut out: Vec<RankedFile> = (0..n)
+            .map(|i| {
+                let mut s = pr[i];
+                if self.is_test[i] {
+                    s *= opts.test_factor;
+                }
+                if !self.is_code[i] {
+                    s *= opts.non_code_factor;
+                }
+                if self.is_doc[i] {
+                    s *= opts.doc_factor;
+                }
+                RankedFile {
+                    path: self.paths[i].clone(),
+                    score: s,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        out
+    }
+
+    fn bm25(&self, terms: &HashMap<String, f64>, opts: &RankOptions) -> Vec<f64> {
+        let n = self.paths.len() as f64;
+        let mut scores = vec![0.0f64; self.paths.len()];
+        for (t, qw) in terms {
+            let Some(&id) = self.term_ids.get(t) else {
+                continue;
+            };
+            let post = &self.postings[id as usize];
+            let df = post.len() as f64;
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(doc, tf) in post {
+                let tf = f64::from(tf);
+                let norm = opts.k1
+                    * (1.0 - opts.b
+                        + opts.b * f64::from(self.doc_len[doc as usize]) / self.avg_len);
+                scores[doc as usize] += qw * idf * tf * (opts.k1 + 1.0) / (tf + norm);
+            }
+        }
+        scores
+    }
+
+    fn match_path(&self, mention: &str) -> Option<&Vec<u32>> {
+        // Longest suffix of the mention (on `/` boundaries) naming indexed files.
+        for s in suffixes(mention) {
+            if let Some(hits) = self.path_suffix.get(s) {
+                return (hits.len() <= 5).then_some(hits);
+            }
+        }
+        None
+    }
+
+    fn match_dotted(&self, dotted: &str, w: f64, opts: &RankOptions, mention: &mut [f64]) {
+        let parts: Vec<&str> = dotted.split('.').collect();
+        for k in (1..=parts.len()).rev() {
+            let key = parts[..k].join("/");
+            let Some(hits) = self.module_suffix.get(&key) else {
+                continue;
+            };
+            if hits.len() > 3 || (k == 1 && parts.len() == 1) {
+                return;
+            }
+            let share = opts.module_mention * w * (k as f64 / parts.len() as f64).sqrt()
+                / hits.len() as f64;
+            // A bare package name (`requests.get`, `xr.Dataset`) says nothing about where the
+            // problem is unless the package's own module defines the next segment.
+            if k > 1 {
+                for &i in hits {
+                    mention[i as usize] += share;
+                }
+            }
+            // The next segment names something inside that module.
+            if let Some(next) = parts.get(k)
+                && let Some(defs) = self.definers.get(*next)
+            {
+                for &i in defs {
+                    if hits.contains(&i) {
+                        mention[i as usize] += share;
+                    }
+                }
+            }
+            return;
+        }
+    }
+
+    fn personalized_pagerank(&self, seed: &[f64], damping: f64) -> Vec<f64> {
+        let n = seed.len();
+        let out_w: Vec<f64> = self
+            .graph
+            .iter()
+            .map(|e| e.iter().map(|(_, w)| f64::from(*w)).sum())
+            .collect();
+        let mut r = seed.to_vec();
+        let mut next = vec![0.0; n];
+        for _ in 0..20 {
+            next.iter_mut()
+                .zip(seed)
+                .for_each(|(x, s)| *x = (1.0 - damping) * s);
+            for (i, edges) in self.graph.iter().enumerate() {
+                if r[i] == 0.0 || out_w[i] == 0.0 {
+                    continue;
+                }
+                let share = damping * r[i] / out_w[i];
+                for &(j, w) in edges {
+                    next[j as usize] += share * f64::from(w);
+                }
+            }
+            std::mem::swap(&mut r, &mut next);
+        }
+        r
+    }
+}
+
+/// What a query says, beyond its words.
+#[derive(Debug, Default)]
+pub(crate) struct Query {
+    /// Index terms with their (saturated) weights.
+    pub terms: HashMap<String, f64>,
+    /// File path mentions (stack frames, `file:line`, plain paths) with weights.
+    pub paths: Vec<(String, f64)>,
+    /// Dotted names that may be module paths (`sphinx.ext.autodoc`, `a::b::c`).
+    pub dotted: Vec<(String, f64)>,
+    /// Identifiers that look like code, with weights.
+    pub idents: HashMap<String, f64>,
+    /// Whether the query asks about tests themselves.
+    pub about_tests: bool,
+}
+
+const SOURCE_EXTS: &[&str] = &[
+    "py", "pyi", "rs", "js", "jsx", "mjs", "cjs", "ts", "tsx", "go", "java", "c", "h", "cc", "cpp",
+    "cxx", "hpp", "hh", "rb", "md", "rst", "txt", "toml", "yaml", "yml", "json", "cfg", "ini",
+    "sh", "kt", "swift", "php", "cs", "scala", "css", "html", "xml",
+];
+
+impl Query {
+    pub(crate) fn parse(query: &str) -> Query {
+        let mut q = Query::default();
+        let mut counts: HashMap<String, u32> = HashMap::new();
+        text::terms(query, |t| *counts.entry(t.to_string()).or_default() += 1);
+        q.terms = counts
+            .into_iter()
+            .map(|(t, c)| (t, 1.0 + f64::from(c).ln()))
+            .collect();
+
+        // Regexes are compiled per query: cheap next to ranking, and no global state.
+        let (Ok(path_re), Ok(frame_re), Ok(dotted_re), Ok(ident_re), Ok(tests_re)) = (
+            Regex::new(r"[A-Za-z0-9_\-./\\]*[A-Za-z0-9_\-]\.([A-Za-z0-9]{1,5})\b"),
+            Regex::new(r#"(?m)File "([^"]+)", line \d+, in ([A-Za-z_][A-Za-z0-9_]*)"#),
+            Regex::new(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)+"),
+            Regex::new(r"[A-Za-z_][A-Za-z0-9_]*"),
+            Regex::new(
+                r"(?i)\b(add|write|fix|update|improve|missing|flaky|broken|failing)\s+(a\s+|the\s+|more\s+|some\s+|new\s+)?(unit\s+|regression\s+)?tests?\b|\btest (suite|coverage)\b",
+            ),
+        ) else {
+            return q;
+        };
+        q.about_tests = tests_re.is_match(query);
+
+        let mut seen_paths: HashMap<String, f64> = HashMap::new();
+        for m in path_re.captures_iter(query) {
+            let (Some(whole), Some(ext)) = (m.get(0), m.get(1)) else {
+                continue;
+            };
+            let p = whole.as_str().replace('\\', "/");
+            let has_dir = p.contains('/');
+            if !SOURCE_EXTS.contains(&ext.as_str()) && !has_dir {
+                continue;
+            }
+            let p = p
+                .trim_start_matches("./")
+                .trim_start_matches('/')
+                .to_string();
+            let e = seen_paths.entry(p).or_insert(0.0);
+            *e = (*e + 1.0).min(3.0);
+        }
+        for m in frame_re.captures_iter(query) {
+            if let Some(func) = m.get(2) {
+                *q.idents.entry(func.as_str().to_string()).or_default() += 1.0;
+            }
+        }
+        q.paths = seen_paths
+            .into_iter()
+            .map(|(p, c)| (p, 1.0 + c.ln()))
+            .collect();
+
+        // Code regions: fenced blocks, inline code and traceback-ish lines.
+        let mut code = String::new();
+        let mut in_fence = false;
+        for line in query.lines() {
+            let t = line.trim_start();
+            if t.starts_with("```") {
+                in_fence = !in_fence;
+                continue;
+            }
+            if in_fence
+                || t.starts_with(">>>")
+                || t.starts_with("File \"")
+                || line.starts_with("    ")
+            {
+                code.push_str(line);
+                code.push('\n');
+            } else {
+                for (k, part) in line.split('`').enumerate() {
+                    if k % 2 == 1 {
+                        code.push_str(part);
+                        code.push('\n');
+                    }
+                }
+            }
+        }
+        let mut dotted: HashMap<String, f64> = HashMap::new();
+        for m in dotted_re.find_iter(query) {
+            let s = m.as_str().replace("::", ".");
+            let last = s.rsplit('.').next().unwrap_or("");
+            if SOURCE_EXTS.contains(&last) {
+                continue;
+            }
+            *dotted.entry(s).or_default() += 1.0;
+        }
+        q.dotted = dotted.into_iter().map(|(d, c)| (d, 1.0 + c.ln())).collect();
+
+        let mut idents: HashMap<String, f64> = HashMap::new();
+        let code_like = |s: &str| {
+            s.len() >= 3
+                && (s.contains('_') && s.trim_matches('_').len() > 1
+                    || s.chars().skip(1).any(|c| c.is_ascii_uppercase())
+                        && s.chars().any(|c| c.is_ascii_lowercase()))
+        };
+        for m in ident_re.find_iter(query) {
+            let s = m.as_str();
+            let called = query[m.end()..].starts_with('(');
+            if code_like(s) || called && s.len() >= 3 {
+                *idents.entry(s.to_string()).or_default() += 1.0;
+            }
+        }
+        for m in ident_re.find_iter(&code) {
+            let s = m.as_str();
+            if s.len() >= 3 {
+                *idents.entry(s.to_string()).or_default() += 0.5;
+            }
+        }
+        for (k, v) in idents {
+            *q.idents.entry(k).or_default() += v;
+        }
+        for v in q.idents.values_mut() {
+            *v = 1.0 + v.ln().max(0.0);
+        }
+        q
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_paths_are_recognized() {
+        for p in [
+            "tests/test_x.py",
+            "testing/python/approx.py",
+            "src/foo_test.go",
+            "web/app.spec.ts",
+            "conftest.py",
+            "src/test/java/FooTest.java",
+        ] {
+            assert!(is_test_path(p), "{p}");
+        }
+        for p in [
+            "src/_pytest/python.py",
+            "src/contest.rs",
+            "attestation/mod.rs",
+        ] {
+            assert!(!is_test_path(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn query_finds_paths_frames_dotted_and_identifiers() {
+        let q = Query::parse(
+            "Crash in `PairGrid.map`\n```\nTraceback (most recent call last):\n  File \"/usr/lib/site-packages/seaborn/_core.py\", line 144, in _lookup_single\n```\nSee sphinx.ext.autodoc and src/lib.rs:10. Calling make_thing() fails.",
+        );
+        let paths: Vec<&str> = q.paths.iter().map(|(p, _)| p.as_str()).collect();
+        assert!(
+            paths.contains(&"usr/lib/site-packages/seaborn/_core.py"),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"src/lib.rs"), "{paths:?}");
+        assert!(q.idents.contains_key("_lookup_single"));
+        assert!(q.idents.contains_key("PairGrid"));
+        assert!(q.idents.contains_key("make_thing"));
+        assert!(q.dotted.iter().any(|(d, _)| d == "sphinx.ext.autodoc"));
+        assert!(!q.about_tests);
+        assert!(Query::parse("Please add a regression test for this").about_tests);
+    }
+
+    #[test]
+    fn module_keys_cover_packages() {
+        assert_eq!(module_keys("src/flask/app.py"), ["src/flask/app"]);
+        assert_eq!(module_keys("a/b/__init__.py"), ["a/b/__init__", "a/b"]);
+    }
+}
