@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail};
 
 use super::context;
 use crate::audit::chain;
-use crate::run::record::{RunRecord, files};
+use crate::run::record::{RunRecord, files, first_line};
 use crate::workspace::Repo;
 
 /// Where to find runs.
@@ -144,7 +144,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<u8> {
                 rec.base_ref,
                 short(&rec.base_sha)
             )?;
-            writeln!(out, "goal     {}", first_line(&rec.task.goal))?;
+            writeln!(out, "goal     {}", first_line(&rec.task.goal, 72))?;
             writeln!(
                 out,
                 "turns    {}  fix attempts {}",
@@ -187,7 +187,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<u8> {
             r.state.as_str(),
             r.branch,
             if unknown { "+?" } else { "" },
-            first_line(&r.task.goal)
+            first_line(&r.task.goal, 72)
         )?;
     }
     Ok(super::exit::SUCCEEDED)
@@ -257,13 +257,4 @@ pub fn audit(cmd: AuditCommand) -> anyhow::Result<u8> {
 
 fn short(sha: &str) -> &str {
     sha.get(..12).unwrap_or(sha)
-}
-
-fn first_line(s: &str) -> String {
-    s.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .chars()
-        .take(72)
-        .collect()
 }

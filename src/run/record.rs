@@ -168,7 +168,7 @@ impl RunRecord {
             state: self.state.as_str().to_string(),
             fixes,
             summary: if self.summary.trim().is_empty() {
-                first_line(&self.task.goal)
+                first_line(&self.task.goal, 200)
             } else {
                 self.summary.clone()
             },
@@ -190,14 +190,15 @@ impl RunRecord {
     }
 }
 
-fn first_line(s: &str) -> String {
+/// The first non-blank line of `s`, trimmed and cut to `max` characters (with `…`).
+pub fn first_line(s: &str, max: usize) -> String {
     let line = s
         .lines()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim();
-    let mut out: String = line.chars().take(200).collect();
-    if line.chars().count() > 200 {
+    let mut out: String = line.chars().take(max).collect();
+    if line.chars().count() > max {
         out.push('…');
     }
     out

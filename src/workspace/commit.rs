@@ -239,21 +239,15 @@ impl Worktree {
         if tree == head_tree {
             return Ok(None);
         }
-        let time = match req.time {
-            Some(t) => gix::date::Time::new(t, 0),
-            None => gix::date::Time::now_utc(),
-        };
-        let sig = gix::actor::Signature {
-            name: req.author_name.as_str().into(),
-            email: req.author_email.as_str().into(),
-            time,
-        };
-        let mut buf = gix::date::parse::TimeBuf::default();
-        let sig_ref = sig.to_ref(&mut buf);
-        let id = g
-            .commit_as(sig_ref, sig_ref, "HEAD", req.message(), tree, [head])
-            .ctx(|| format!("committing on {}", self.branch()))?
-            .detach();
+        let id = super::write_commit(
+            g,
+            (&req.author_name, &req.author_email),
+            req.time,
+            "HEAD",
+            &req.message(),
+            tree,
+            [head],
+        )?;
         index.remove_entries(|_, path, _| removed.contains(path));
         index.sort_entries();
         index.remove_tree();

@@ -38,3 +38,30 @@ pub(crate) fn path_bytes(p: &std::path::Path) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt as _;
     p.as_os_str().as_bytes().to_vec()
 }
+
+/// Write a commit by `name <email>` (author and committer) at `time` (now when `None`) and
+/// move `reference` to it; the one place the engine turns an identity into a signature.
+pub(crate) fn write_commit(
+    g: &gix::Repository,
+    (name, email): (&str, &str),
+    time: Option<i64>,
+    reference: &str,
+    message: &str,
+    tree: gix::ObjectId,
+    parents: impl IntoIterator<Item = gix::ObjectId>,
+) -> Result<gix::ObjectId> {
+    use error::GixContext as _;
+    let sig = gix::actor::Signature {
+        name: name.into(),
+        email: email.into(),
+        time: time.map_or_else(gix::date::Time::now_utc, |t| gix::date::Time::new(t, 0)),
+    };
+    let mut buf = gix::date::parse::TimeBuf::default();
+    let s = sig.to_ref(&mut buf);
+    Ok(g.commit_as(s, s, reference, message, tree, parents)
+        .ctx(|| format!("committing on {reference}"))?
+        .detach())
+}
+
+/// Identity of the commits git-agent makes for its own bookkeeping (run records, demo).
+pub(crate) const BOOKKEEPING: (&str, &str) = ("git-agent", "git-agent@localhost");

@@ -60,24 +60,15 @@ impl Repo {
                 return Ok(p);
             }
         }
-        let sig = gix::actor::Signature {
-            name: "git-agent".into(),
-            email: "git-agent@localhost".into(),
-            time: gix::date::Time::now_utc(),
-        };
-        let mut buf = gix::date::parse::TimeBuf::default();
-        let s = sig.to_ref(&mut buf);
-        let id = g
-            .commit_as(
-                s,
-                s,
-                name.as_str(),
-                format!("run record {run_id}"),
-                tree,
-                parent,
-            )
-            .ctx(|| format!("updating {name}"))?;
-        Ok(id.detach())
+        super::write_commit(
+            g,
+            super::BOOKKEEPING,
+            None,
+            &name,
+            &format!("run record {run_id}"),
+            tree,
+            parent,
+        )
     }
 
     /// Read the run record from its ref (as fetched from another clone): file path → bytes.

@@ -168,22 +168,15 @@ impl Repo {
             .write()
             .ctx(|| "writing the tree".to_string())?
             .detach();
-        let sig = gix::actor::Signature {
-            name: "git-agent".into(),
-            email: "git-agent@localhost".into(),
-            time: gix::date::Time::now_utc(),
-        };
-        let mut buf = gix::date::parse::TimeBuf::default();
-        let s = sig.to_ref(&mut buf);
-        g.commit_as(
-            s,
-            s,
+        super::write_commit(
+            &g,
+            super::BOOKKEEPING,
+            None,
             "refs/heads/main",
             message,
             tree,
-            None::<gix::ObjectId>,
-        )
-        .ctx(|| "writing the first commit".to_string())?;
+            None,
+        )?;
         std::fs::write(g.git_dir().join("HEAD"), "ref: refs/heads/main\n").map_err(
             super::error::io_err("cannot write", g.git_dir().join("HEAD")),
         )?;
