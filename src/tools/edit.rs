@@ -320,6 +320,11 @@ fn absorb_edge_blanks(
     let (old_lead, old_trail) = edge_blank_lines(old);
     let (mut new_lead, mut new_trail) = edge_blank_lines(new);
     let new_norm = new.replace("\r\n", "\n");
+    if new_norm.trim() == old.replace("\r\n", "\n").trim() {
+        // The edit adds or removes nothing but blank lines: those blank lines are the change
+        // itself, not context, and absorbing them would make the edit a silent no-op.
+        return (start, end);
+    }
     if !new_norm.is_empty() && new_norm.trim().is_empty() && new_norm.ends_with('\n') {
         // Only blank lines are left: those beyond the old text's own edge blank lines are
         // context the old text missed, absorbed before the match first.
@@ -1226,6 +1231,16 @@ mod tests {
         // Without blank lines in the file to absorb, the new blank line is inserted.
         let (out, _) = apply("x\ny\n", "y\n", "\ny\n").unwrap();
         assert_eq!(out, "x\n\ny\n");
+    }
+
+    /// Regression (found by the property test in CI): an edit whose only change is a blank
+    /// line, next to a blank line already in the file, must add it, not report a no-op success.
+    #[test]
+    fn adding_a_blank_line_beside_one_is_not_a_no_op() {
+        let (out, _) = apply("a\n\n\tb b \n", "a\n", "a\n\n").unwrap();
+        assert_eq!(out, "a\n\n\n\tb b \n");
+        let (out, _) = apply("x\n\ny\n", "y\n", "\ny\n").unwrap();
+        assert_eq!(out, "x\n\n\ny\n");
     }
 
     #[test]
