@@ -188,6 +188,7 @@ pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Out
         summary: String::new(),
         notes: Vec::new(),
         pending_approval: None,
+        approved_calls: Vec::new(),
         approvals: Vec::new(),
         pr: None,
         audit_head: None,
@@ -236,6 +237,7 @@ pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Re
         run.audit(Kind::Approval, json!({"approved": approval, "by": by}))?;
         run.rec.approvals.push(approval);
         run.rec.pending_approval = None;
+        run.rec.approved_calls = pending.remaining.clone();
         let back = pending.resume_state;
         run.rec.state = back;
         run.save()?;
@@ -704,6 +706,10 @@ impl<'a> Active<'a> {
     /// The coder's conversation: edits, commands and test runs until `finish` verifies or
     /// the fix attempts run out.
     async fn code(&mut self) -> Result<()> {
+        let approved = std::mem::take(&mut self.rec.approved_calls);
+        if !approved.is_empty() && self.handle_calls(approved).await? {
+            return Ok(());
+        }
         let mut idle = 0;
         loop {
             let specs = self.specs(None);
@@ -724,41 +730,61 @@ impl<'a> Active<'a> {
                 continue;
             }
             idle = 0;
-            let mut finish = None;
-            for call in &reply.tool_calls {
-                match call.name.as_str() {
-                    "finish" => {
-                        finish = Some(call.clone());
-                    }
-                    "run_tests" => {
-                        let text = self.tests_for_model(call).await?;
-                        self.tool_result(call, text, false);
-                    }
-                    _ => match self.dispatch(call).await? {
-                        Dispatched::Done(text, is_error) => self.tool_result(call, text, is_error),
-                        Dispatched::Paused => return Ok(()),
-                    },
-                }
-            }
-            self.save()?;
-            failpoint(&format!("after-turn-{}", self.rec.turns));
-            if let Some(call) = finish {
-                self.rec.summary = call
-                    .arguments
-                    .get("summary")
-                    .and_then(|s| s.as_str())
-                    .unwrap_or("")
-                    .trim()
-                    .to_string();
-                self.tool_result(
-                    &call,
-                    "Verifying: the harness runs the tests now.".into(),
-                    false,
-                );
-                self.save()?;
-                return self.verify_and_decide().await;
+            if self.handle_calls(reply.tool_calls).await? {
+                return Ok(());
             }
         }
+    }
+
+    /// Run one turn's tool calls in order; `finish` goes last. Returns true when the run
+    /// paused for approval or has decided (verified after `finish`).
+    async fn handle_calls(&mut self, calls: Vec<model::ToolCall>) -> Result<bool> {
+        let mut finish = None;
+        for (i, call) in calls.iter().enumerate() {
+            match call.name.as_str() {
+                "finish" => {
+                    finish = Some(call.clone());
+                }
+                "run_tests" => {
+                    let text = self.tests_for_model(call).await?;
+                    self.tool_result(call, text, false);
+                }
+                _ => match self.dispatch(call).await? {
+                    Dispatched::Done(text, is_error) => self.tool_result(call, text, is_error),
+                    Dispatched::Paused => {
+                        // Keep the rest of the turn (and a `finish` seen before the pause) to
+                        // run once approved.
+                        let mut rest = calls[i..].to_vec();
+                        rest.extend(finish.take());
+                        if let Some(p) = self.rec.pending_approval.as_mut() {
+                            p.remaining = rest;
+                        }
+                        self.save()?;
+                        return Ok(true);
+                    }
+                },
+            }
+        }
+        self.save()?;
+        failpoint(&format!("after-turn-{}", self.rec.turns));
+        if let Some(call) = finish {
+            self.rec.summary = call
+                .arguments
+                .get("summary")
+                .and_then(|s| s.as_str())
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            self.tool_result(
+                &call,
+                "Verifying: the harness runs the tests now.".into(),
+                false,
+            );
+            self.save()?;
+            self.verify_and_decide().await?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// `run_tests` from the model: run the tests and hand back a focused summary.
@@ -1036,13 +1062,10 @@ impl<'a> Active<'a> {
                     call_id: call.id.clone(),
                     approval: *approval,
                     resume_state,
+                    remaining: Vec::new(),
                 });
-                // The model is told on resume; its call stays unanswered until then.
-                if matches!(self.messages.last(), Some(Message::Assistant { .. })) {
-                    self.messages.pop();
-                }
-                self.rec.turns = self.rec.turns.saturating_sub(1);
-                self.rec.roles_called.pop();
+                // The call stays unanswered until approved; the turn that made it is kept
+                // (its later calls are saved by the caller and run after this one).
                 self.transition(RunState::AwaitingApproval)?;
                 Ok(Dispatched::Paused)
             }

@@ -36,6 +36,10 @@ pub struct PendingApproval {
     pub approval: crate::policy::Approval,
     /// The state to go back to once approved.
     pub resume_state: RunState,
+    /// The calls of the paused turn still to run, the paused call first: once approved they
+    /// run in order before the model is asked again, so nothing of that turn is lost or redone.
+    #[serde(default)]
+    pub remaining: Vec<crate::model::ToolCall>,
 }
 
 /// Where the pull request went.
@@ -97,6 +101,9 @@ pub struct RunRecord {
     pub notes: Vec<String>,
     /// A request waiting for approval, if paused.
     pub pending_approval: Option<PendingApproval>,
+    /// Approved calls of a paused turn, still to run before the model is asked again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_calls: Vec<crate::model::ToolCall>,
     /// Approvals given (resume `--approve`, `/agent approve`).
     pub approvals: Vec<crate::policy::Approval>,
     /// The pull request, once opened or written.

@@ -292,15 +292,22 @@ fn budget_exhausted_exits_3() {
 }
 
 /// A command the policy says `ask` pauses the run (exit 4); `resume --approve` runs it and
-/// the run succeeds.
+/// the run succeeds. The paused turn is kept whole: the edit made before the asked command in
+/// the same turn runs once, the approved command and the rest of the turn run after approval
+/// without asking the model again, and every tool call gets its answer.
 #[test]
 fn ask_pauses_then_resume_approve_succeeds() {
     let f = Fixture::new("rust-add");
     f.user_config("[[policy.commands]]\nprefix = [\"touch\"]\ndecision = \"ask\"\n");
     let script = f.script(&[
-        plan(&["src/lib.rs", "approved.txt"]),
-        serde_json::json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": "touch approved.txt"}}]}),
-        edit("src/lib.rs", "pub fn add(a: i64, b: i64) -> i64 {\n    a - b", "pub fn add(a: i64, b: i64) -> i64 {\n    a + b"),
+        plan(&["src/lib.rs", "approved.txt", "after.txt"]),
+        serde_json::json!({"role": "coder", "tool_calls": [
+            {"name": "edit_file", "arguments": {"path": "src/lib.rs",
+                "old_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+                "new_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a + b"}},
+            {"name": "run", "arguments": {"command": "touch approved.txt"}},
+            {"name": "write_file", "arguments": {"path": "after.txt", "content": "after\n"}}
+        ]}),
         finish(),
     ]);
     let (code, json) = f.fix(&script, &["fix add"], &[]);
@@ -317,6 +324,7 @@ fn ask_pauses_then_resume_approve_succeeds() {
         !wt.join("approved.txt").exists(),
         "nothing ran before approval"
     );
+    assert!(!wt.join("after.txt").exists(), "the rest of the turn waits");
 
     let out = f.agent(&["resume", &run, "--approve", "--json"], &[]);
     let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
@@ -338,8 +346,33 @@ fn ask_pauses_then_resume_approve_succeeds() {
         ],
     );
     assert!(files.contains("approved.txt"), "{files}");
+    assert!(files.contains("after.txt"), "{files}");
     let verify = f.agent(&["audit", "verify", &run], &[]);
     assert_eq!(verify.status.code(), Some(0));
+
+    let run_dir = f.repo().join(".git/agent/runs").join(&run);
+    let audit = std::fs::read_to_string(run_dir.join("audit.jsonl")).unwrap();
+    let edits = audit
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"tool_call\"") && l.contains("\"name\":\"edit_file\""))
+        .count();
+    assert_eq!(edits, 1, "the edit before the pause ran once:\n{audit}");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("record.json")).unwrap()).unwrap();
+    assert_eq!(
+        rec["turns"], 3,
+        "plan, the paused turn, finish: no turn asked twice"
+    );
+    // Every tool call in the conversation has its answer.
+    let conv = std::fs::read_to_string(run_dir.join("conversation.json")).unwrap();
+    let conv: Value = serde_json::from_str(&conv).unwrap();
+    let text = conv.to_string();
+    let ids: std::collections::BTreeSet<&str> =
+        text.split('"').filter(|t| t.starts_with("call_")).collect();
+    assert!(ids.len() >= 4, "{text}");
+    for id in ids {
+        assert!(text.matches(id).count() >= 2, "{id} unanswered: {text}");
+    }
 }
 
 fn script_for_crash(f: &Fixture) -> PathBuf {
