@@ -507,7 +507,16 @@ impl<'a> Active<'a> {
                 .test_command
                 .as_deref()
                 .or(self.svc.config.settings.verify.test.as_deref());
-        Ok(verify::resolve(&wt, flag, config)?)
+        // A detected command gets the flags that make its output name every test (so the
+        // baseline comparison sees them all); a command a person gave runs exactly as given.
+        Ok(verify::resolve(&wt, flag, config)?.map(|mut cmd| {
+            let reliable = verify::reliable_command(&cmd);
+            if !reliable.added.is_empty() {
+                tracing::debug!(command = %reliable.command, why = %reliable.note, "test command made verbose");
+                cmd.command = reliable.command;
+            }
+            cmd
+        }))
     }
 
     /// Baseline test run and the context for the first prompt.

@@ -164,7 +164,11 @@ fn rust_failing_test_fixed_in_one_round() {
     let branch = json["branch"].as_str().unwrap();
     assert_eq!(git(&f.repo(), &["rev-parse", branch]).trim(), commit);
     let report = f.report(run);
-    assert!(report.contains("| before | `cargo test"), "{report}");
+    // The detected command runs with --no-fail-fast so every test binary reports.
+    assert!(
+        report.contains("| before | `cargo test --no-fail-fast`"),
+        "{report}"
+    );
     assert!(report.contains("adds_two_numbers"), "{report}");
     assert!(report.contains("now passes"), "{report}");
     // The CLI reads it back.
