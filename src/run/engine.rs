@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::error::{Error, Result};
 use super::record::{PendingApproval, PrRef, RunRecord, files, now};
-use super::report::{self, CostLine, VerifyLine};
+use super::report::{self, CostLine, Review, VerifyLine};
 use super::state::{RunState, write_atomic};
 use super::{prompt, tools as run_tools};
 use crate::audit::chain::{self, Appender, Kind};
@@ -28,6 +28,8 @@ const MAX_OUTPUT_TOKENS: u32 = 4096;
 const MAX_IDLE_REPLIES: u32 = 3;
 /// Bytes of failure summary given to the model and the report.
 const FAILURE_SUMMARY_BYTES: usize = 6 * 1024;
+/// How much of the diff the reviewer reads, in characters.
+const REVIEW_DIFF_CHARS: usize = 48 * 1024;
 
 /// Progress of a run, for a person watching.
 #[derive(Debug, Clone)]
@@ -189,6 +191,7 @@ pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Out
         notes: Vec::new(),
         pending_approval: None,
         approved_calls: Vec::new(),
+        review: None,
         approvals: Vec::new(),
         pr: None,
         audit_head: None,
@@ -845,6 +848,10 @@ impl<'a> Active<'a> {
         if decision.success {
             self.checkpoint("verified")?;
             failpoint("after-commit");
+            if self.review().await? {
+                self.transition(RunState::Fixing)?;
+                return Ok(());
+            }
             if self.rec.commits.is_empty() {
                 self.rec
                     .notes
@@ -977,7 +984,21 @@ impl<'a> Active<'a> {
         system: String,
         tools: Vec<model::ToolSpec>,
     ) -> Result<model::Reply> {
-        let mut req = Request::new(self.messages.clone(), MAX_OUTPUT_TOKENS);
+        let reply = self.ask(role, system, self.messages.clone(), tools).await?;
+        self.messages.push(Message::from_reply(&reply));
+        self.save()?;
+        Ok(reply)
+    }
+
+    /// One model call of `role` on `messages`, counted, audited and transcribed.
+    async fn ask(
+        &mut self,
+        role: Role,
+        system: String,
+        messages: Vec<Message>,
+        tools: Vec<model::ToolSpec>,
+    ) -> Result<model::Reply> {
+        let mut req = Request::new(messages, MAX_OUTPUT_TOKENS);
         req.system = Some(system);
         req.tools = tools;
         self.progress(RunEvent::Turn {
@@ -1006,12 +1027,97 @@ impl<'a> Active<'a> {
             &self.dir.join(files::TRANSCRIPT),
             &self.svc.redactor.redact(&line),
         )?;
-        self.messages.push(Message::from_reply(&out.reply));
-        self.save()?;
         self.progress(RunEvent::Spend {
             usd: self.svc.router.spent().usd,
         });
         Ok(out.reply)
+    }
+
+    /// Whether a reviewer was asked for: set in config or by a `--model reviewer=` flag (a
+    /// bare model spec fills the role but does not turn the review on).
+    fn reviewer_enabled(&self) -> bool {
+        self.svc.config.settings.models.reviewer.is_some()
+            || self
+                .rec
+                .model_flags
+                .iter()
+                .any(|f| f.trim_start().starts_with("reviewer="))
+    }
+
+    /// Ask the reviewer about the verified diff, once per run. Returns true when a blocking
+    /// finding sends the run back to fixing. A reviewer that cannot be had is noted, never
+    /// fatal: the tests already decided.
+    async fn review(&mut self) -> Result<bool> {
+        if !self.reviewer_enabled() || self.rec.review.is_some() {
+            return Ok(false);
+        }
+        let Some(head) = self.rec.commits.last().cloned() else {
+            return Ok(false);
+        };
+        let repo = &self.svc.repo;
+        let diff = repo
+            .diff(repo.resolve(&self.rec.base_sha)?, repo.resolve(&head)?)?
+            .unified();
+        let plan = self
+            .rec
+            .plan
+            .as_ref()
+            .map(|p| {
+                p.steps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| format!("{}. {} ({})", i + 1, s.title, s.files.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        let goal = strip_hidden_text(&self.rec.task.goal).text;
+        let msg = prompt::review_message(&goal, &plan, &diff, REVIEW_DIFF_CHARS);
+        let model = self
+            .svc
+            .router
+            .spec(Role::Reviewer)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let mut review = Review {
+            model,
+            ..Review::default()
+        };
+        match self
+            .ask(
+                Role::Reviewer,
+                prompt::reviewer_system(),
+                vec![Message::user(msg)],
+                vec![run_tools::review_spec()],
+            )
+            .await
+        {
+            Ok(reply) => review.findings = run_tools::parse_review(&reply),
+            Err(Error::Model(e)) => review.error = Some(e.to_string()),
+            Err(e) => return Err(e),
+        }
+        let send_back = review.blocking();
+        review.sent_back = send_back;
+        self.audit(Kind::Verify, json!({"review": review}))?;
+        if send_back {
+            let findings = review
+                .findings
+                .iter()
+                .filter(|f| f.severity == "blocking")
+                .map(|f| match &f.file {
+                    Some(p) => format!("- {p}: {}", f.message),
+                    None => format!("- {}", f.message),
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            self.messages.push(Message::user(format!(
+                "The tests pass, but a reviewer found blocking problems:\n{findings}\nFix them, \
+                 then call finish again. The tests decide success as before."
+            )));
+        }
+        self.rec.review = Some(review);
+        self.save()?;
+        Ok(send_back)
     }
 
     fn tool_result(&mut self, call: &model::ToolCall, content: String, is_error: bool) {

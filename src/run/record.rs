@@ -104,6 +104,9 @@ pub struct RunRecord {
     /// Approved calls of a paused turn, still to run before the model is asked again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approved_calls: Vec<crate::model::ToolCall>,
+    /// What the reviewer said, once it has reviewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<super::report::Review>,
     /// Approvals given (resume `--approve`, `/agent approve`).
     pub approvals: Vec<crate::policy::Approval>,
     /// The pull request, once opened or written.
@@ -187,6 +190,7 @@ impl RunRecord {
             unplanned: self.unplanned.clone(),
             diffstat,
             verification: self.verification.clone(),
+            review: self.review.clone(),
             cost: self.usage.clone(),
             budget_usd,
             notes: self.notes.clone(),

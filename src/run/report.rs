@@ -2,7 +2,7 @@
 //!
 //! Sections, in order: summary · plan (each step's status; changes outside the plan marked)
 //! · changes (diffstat) · verification (every command, exit code, duration, decisive lines,
-//! before and after) · cost (per role and model) · audit trail (collapsed) · how to
+//! before and after) · review (when a reviewer is configured) · cost (per role and model) · audit trail (collapsed) · how to
 //! reproduce. The result never exceeds [`MAX_BODY`] characters: long parts are cut with a
 //! pointer to the full record. The text passes the redactor before it leaves the process;
 //! that is the caller's job (the renderer is pure).
@@ -46,6 +46,39 @@ pub struct CostLine {
     pub cost_usd: Option<f64>,
 }
 
+/// One finding of the reviewer model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewFinding {
+    /// `blocking` (sends the run back to fixing once) or `note`.
+    pub severity: String,
+    /// The file it is about, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// What the reviewer found.
+    pub message: String,
+}
+
+/// What the reviewer said of the verified diff.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Review {
+    /// `PROVIDER:MODEL` of the reviewer.
+    pub model: String,
+    /// Its findings (none: it approved).
+    pub findings: Vec<ReviewFinding>,
+    /// Whether a blocking finding sent the run back to fixing (at most once).
+    pub sent_back: bool,
+    /// Why the review could not be had, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Review {
+    /// Whether any finding blocks.
+    pub fn blocking(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == "blocking")
+    }
+}
+
 /// Everything the report shows; built from the run record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReportInput {
@@ -65,6 +98,9 @@ pub struct ReportInput {
     pub diffstat: String,
     /// Verification runs in order.
     pub verification: Vec<VerifyLine>,
+    /// The reviewer's findings, when a reviewer is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
     /// Spend per role and model.
     pub cost: Vec<CostLine>,
     /// The budget in USD.
@@ -212,6 +248,35 @@ pub fn render(r: &ReportInput) -> String {
         }
     }
 
+    let mut review = String::new();
+    if let Some(rv) = &r.review {
+        review.push_str(&format!("\n### Review\nBy `{}`", cell(&rv.model)));
+        if let Some(e) = &rv.error {
+            review.push_str(&format!(": _could not review_ — {}\n", cell(e)));
+        } else if rv.findings.is_empty() {
+            review.push_str(": no findings.\n");
+        } else {
+            review.push_str(if rv.sent_back {
+                "; a blocking finding sent the run back to fixing once (verification still decides).\n"
+            } else {
+                ":\n"
+            });
+            for f in rv.findings.iter().take(30) {
+                let at = f
+                    .file
+                    .as_deref()
+                    .map(|p| format!(" `{}`", cell(p)))
+                    .unwrap_or_default();
+                let msg: String = f.message.chars().take(500).collect();
+                review.push_str(&format!(
+                    "- **{}**{at}: {}\n",
+                    cell(&f.severity),
+                    cell(&msg)
+                ));
+            }
+        }
+    }
+
     let mut cost = String::from("\n### Cost\n");
     let mut total = 0.0;
     let mut unknown = false;
@@ -259,7 +324,7 @@ pub fn render(r: &ReportInput) -> String {
     );
 
     // The audit trail takes whatever room is left, so the whole never exceeds MAX_BODY.
-    let fixed: usize = [&head, &plan, &changes, &verify, &cost, &reproduce]
+    let fixed: usize = [&head, &plan, &changes, &verify, &review, &cost, &reproduce]
         .iter()
         .map(|s| s.chars().count())
         .sum();
@@ -280,7 +345,7 @@ pub fn render(r: &ReportInput) -> String {
         &pointer,
     );
     let mut body = String::new();
-    for part in [&head, &plan, &changes, &verify, &cost] {
+    for part in [&head, &plan, &changes, &verify, &review, &cost] {
         body.push_str(part);
     }
     body.push_str(&audit_open);
@@ -349,6 +414,7 @@ mod tests {
                     excerpt: String::new(),
                 },
             ],
+            review: None,
             cost: vec![
                 CostLine {
                     role: "planner".into(),

@@ -137,3 +137,112 @@ pub fn harness_specs() -> Vec<crate::model::ToolSpec> {
         },
     ]
 }
+
+/// The reviewer's one tool: its findings on the verified diff.
+pub fn review_spec() -> crate::model::ToolSpec {
+    crate::model::ToolSpec {
+        name: "submit_review".into(),
+        description: "Report your review of the diff: an empty list approves it.".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"findings": {"type": "array", "items": {
+                "type": "object",
+                "properties": {
+                    "severity": {"type": "string", "enum": ["blocking", "note"], "description": "blocking: the change is wrong or incomplete against the plan and must be fixed; note: worth saying, not blocking."},
+                    "file": {"type": "string"},
+                    "message": {"type": "string"}
+                },
+                "required": ["severity", "message"],
+                "additionalProperties": false
+            }}},
+            "required": ["findings"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// Read the reviewer's findings from its reply: the `submit_review` call, or its text as a
+/// note when it answered without the tool. Junk never blocks: an unknown severity is a note.
+pub fn parse_review(reply: &crate::model::Reply) -> Vec<super::report::ReviewFinding> {
+    use super::report::ReviewFinding;
+    let Some(call) = reply.tool_calls.iter().find(|c| c.name == "submit_review") else {
+        let text = reply.content.trim();
+        return if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![ReviewFinding {
+                severity: "note".into(),
+                file: None,
+                message: text.chars().take(2000).collect(),
+            }]
+        };
+    };
+    let items = call
+        .arguments
+        .get("findings")
+        .and_then(|f| f.as_array())
+        .cloned()
+        .unwrap_or_default();
+    items
+        .iter()
+        .take(50)
+        .filter_map(|f| {
+            let message = f.get("message")?.as_str()?.trim();
+            if message.is_empty() {
+                return None;
+            }
+            let severity = match f.get("severity").and_then(|s| s.as_str()) {
+                Some("blocking") => "blocking",
+                _ => "note",
+            };
+            Some(ReviewFinding {
+                severity: severity.into(),
+                file: f
+                    .get("file")
+                    .and_then(|p| p.as_str())
+                    .map(|p| p.chars().take(300).collect()),
+                message: message.chars().take(2000).collect(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod review_tests {
+    use super::*;
+    use crate::model::{Reply, ToolCall};
+
+    fn reply(args: serde_json::Value) -> Reply {
+        Reply {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "submit_review".into(),
+                arguments: args,
+            }],
+            usage: Default::default(),
+            stop: crate::model::StopReason::ToolUse,
+            model: "m".into(),
+        }
+    }
+
+    #[test]
+    fn findings_are_read_and_junk_never_blocks() {
+        let f = parse_review(&reply(json!({"findings": [
+            {"severity": "blocking", "file": "src/a.rs", "message": "misses the negative case"},
+            {"severity": "CRITICAL!!", "message": "unknown severity"},
+            {"severity": "blocking", "message": "  "},
+            {"message": 7}
+        ]})));
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].severity, "blocking");
+        assert_eq!(f[0].file.as_deref(), Some("src/a.rs"));
+        assert_eq!(f[1].severity, "note");
+        assert!(parse_review(&reply(json!("nonsense"))).is_empty());
+        let mut text = reply(json!({}));
+        text.tool_calls.clear();
+        text.content = "Looks fine to me".into();
+        let f = parse_review(&text);
+        assert_eq!((f.len(), f[0].severity.as_str()), (1, "note"));
+    }
+}

@@ -379,6 +379,56 @@ fn ask_pauses_then_resume_approve_succeeds() {
     }
 }
 
+/// A configured reviewer reads the verified diff against the plan; its blocking finding sends
+/// the run back to fixing once, the tests decide again, and its findings are in the report.
+#[test]
+fn reviewer_blocking_finding_sends_the_run_back_once() {
+    let f = Fixture::new("rust-add");
+    let script = f.script(&[
+        plan(&["src/lib.rs"]),
+        edit(
+            "src/lib.rs",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+        ),
+        finish(),
+        serde_json::json!({"role": "reviewer", "expect": "+    a + b", "tool_calls": [{"name": "submit_review", "arguments": {"findings": [
+            {"severity": "blocking", "file": "src/lib.rs", "message": "add has no doc comment"},
+            {"severity": "note", "message": "consider overflow"}
+        ]}}]}),
+        serde_json::json!({"role": "coder", "expect": "add has no doc comment", "tool_calls": [{"name": "edit_file", "arguments": {
+            "path": "src/lib.rs", "old_text": "pub fn add(", "new_text": "/// Adds two numbers.\npub fn add("}}]}),
+        finish(),
+    ]);
+    let model = format!("reviewer=scripted:{}", script.display());
+    let (code, json) = f.fix(&script, &["--model", &model, "fix add"], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    assert_eq!(json["state"], "succeeded");
+    assert_eq!(json["commits"].as_array().unwrap().len(), 2, "{json}");
+    let run = json["run_id"].as_str().unwrap();
+    let report = f.report(run);
+    assert!(report.contains("### Review"), "{report}");
+    assert!(
+        report.contains("sent the run back to fixing once"),
+        "{report}"
+    );
+    assert!(
+        report.contains("**blocking** `src/lib.rs`: add has no doc comment"),
+        "{report}"
+    );
+    assert!(report.contains("**note**: consider overflow"), "{report}");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(f.run_dir(run).join("record.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        rec["turns"], 6,
+        "the reviewer is asked once, not after the second finish"
+    );
+    let head = json["commits"][1].as_str().unwrap();
+    let lib = git(&f.repo(), &["show", &format!("{head}:src/lib.rs")]);
+    assert!(lib.contains("/// Adds two numbers."), "{lib}");
+}
+
 fn script_for_crash(f: &Fixture) -> PathBuf {
     f.script(&[
         serde_json::json!({"role": "planner", "tool_calls": [{"name": "read_file", "arguments": {"path": "src/lib.rs"}}]}),
