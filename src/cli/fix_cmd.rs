@@ -134,7 +134,7 @@ fn services(
     models: &[String],
     record: Option<PathBuf>,
     resume: Option<ResumeState>,
-    json: bool,
+    progress: &Progress,
 ) -> anyhow::Result<Services> {
     let env = |k: &str| std::env::var(k).ok();
     let router = Router::from_settings(
@@ -168,32 +168,115 @@ fn services(
         repo,
         router: Arc::new(router),
         redactor: Arc::new(redactor),
-        progress: progress_printer(json),
+        progress: progress.callback.clone(),
         exec_options,
         warm_pool: true,
     })
 }
 
-/// Progress lines on stderr (nothing with `--json`, where stdout is the result).
-fn progress_printer(json: bool) -> Arc<dyn Fn(&RunEvent) + Send + Sync> {
-    let tty = std::io::stderr().is_terminal();
-    Arc::new(move |e: &RunEvent| {
-        if json && !tty {
-            return;
+/// Where progress goes: a live status line on a terminal, plain lines otherwise, nothing
+/// when stdout carries JSON and stderr is not a terminal.
+struct Progress {
+    callback: Arc<dyn Fn(&RunEvent) + Send + Sync>,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    /// Clear the live line before the result is printed.
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
         }
-        let line = match e {
-            RunEvent::State(s) => format!("▸ {s}"),
-            RunEvent::Turn { role, n } => format!("  turn {n}: {role}"),
-            RunEvent::Tool { name, detail } => {
-                let d: String = detail.chars().take(100).collect();
-                format!("    {name} {d}")
-            }
-            RunEvent::Verified { when, result } => format!("  tests ({when}): {result}"),
-            RunEvent::Spend { usd } if *usd > 0.0 => format!("    spent ${usd:.2}"),
-            RunEvent::Spend { .. } => return,
-        };
-        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
+}
+
+/// The status line's parts, updated by events.
+#[derive(Default)]
+struct Status {
+    state: String,
+    turn: String,
+    spend: f64,
+    tests: String,
+}
+
+impl Status {
+    fn line(&self) -> String {
+        let mut parts = vec![self.state.clone()];
+        if !self.turn.is_empty() {
+            parts.push(self.turn.clone());
+        }
+        parts.push(format!("${:.2}", self.spend));
+        if !self.tests.is_empty() {
+            parts.push(format!("tests: {}", self.tests));
+        }
+        parts.join(" · ")
+    }
+}
+
+fn event_line(e: &RunEvent) -> Option<String> {
+    Some(match e {
+        RunEvent::State(s) => format!("▸ {s}"),
+        RunEvent::Turn { role, n } => format!("  turn {n}: {role}"),
+        RunEvent::Tool { name, detail } => {
+            let d: String = detail.chars().take(100).collect();
+            format!("    {name} {d}")
+        }
+        RunEvent::Verified { when, result } => format!("  tests ({when}): {result}"),
+        RunEvent::Spend { usd } if *usd > 0.0 => format!("    spent ${usd:.2}"),
+        RunEvent::Spend { .. } => return None,
     })
+}
+
+fn progress_printer(json: bool) -> Progress {
+    let tty = std::io::stderr().is_terminal();
+    if !tty {
+        return Progress {
+            callback: Arc::new(move |e: &RunEvent| {
+                if json {
+                    return;
+                }
+                if let Some(line) = event_line(e) {
+                    let _ = writeln!(std::io::stderr().lock(), "{line}");
+                }
+            }),
+            bar: None,
+        };
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {elapsed:>4} {wide_msg}")
+    {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let status = std::sync::Mutex::new(Status {
+        state: "queued".into(),
+        ..Status::default()
+    });
+    let b = bar.clone();
+    Progress {
+        callback: Arc::new(move |e: &RunEvent| {
+            let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+            match e {
+                RunEvent::State(s) => {
+                    st.state = s.to_string();
+                    b.println(format!("▸ {s}"));
+                }
+                RunEvent::Turn { role, n } => st.turn = format!("turn {n} ({role})"),
+                RunEvent::Tool { .. } => {
+                    if let Some(line) = event_line(e) {
+                        b.println(line);
+                    }
+                }
+                RunEvent::Verified { when, result } => {
+                    st.tests = format!("{when}: {result}");
+                    b.println(format!("  tests ({when}): {result}"));
+                }
+                RunEvent::Spend { usd } => st.spend = *usd,
+            }
+            b.set_message(st.line());
+        }),
+        bar: Some(bar),
+    }
 }
 
 fn exit_code(state: RunState) -> u8 {
@@ -254,13 +337,14 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
             args.sandbox.as_ref(),
         ),
     )?;
+    let progress = progress_printer(args.json);
     let svc = services(
         repo,
         cfg,
         &args.models,
         args.record.clone(),
         None,
-        args.json,
+        &progress,
     )?;
     let task = Task {
         goal,
@@ -279,8 +363,9 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
         sandbox: args.sandbox.clone(),
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let outcome = rt.block_on(engine::start(&svc, task, opts))?;
-    print_outcome(&outcome, args.json)
+    let outcome = rt.block_on(engine::start(&svc, task, opts));
+    progress.finish();
+    print_outcome(&outcome?, args.json)
 }
 
 /// `git agent resume`.
@@ -305,8 +390,10 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
         roles: rec.roles_called.clone(),
         usage: rec.model_usage.clone(),
     };
-    let svc = services(repo, cfg, &models, None, Some(resume), args.json)?;
+    let progress = progress_printer(args.json);
+    let svc = services(repo, cfg, &models, None, Some(resume), &progress)?;
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let outcome = rt.block_on(engine::resume(&svc, &id, args.approve, &who().login))?;
-    print_outcome(&outcome, args.json)
+    let outcome = rt.block_on(engine::resume(&svc, &id, args.approve, &who().login));
+    progress.finish();
+    print_outcome(&outcome?, args.json)
 }

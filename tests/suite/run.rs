@@ -429,6 +429,65 @@ fn reviewer_blocking_finding_sends_the_run_back_once() {
     assert!(lib.contains("/// Adds two numbers."), "{lib}");
 }
 
+/// Progress: plain lines on stderr when it is not a terminal; a live status line (state,
+/// turn, spend, tests) on a terminal, driven here through a real pty by `script(1)`.
+#[test]
+fn progress_is_plain_lines_off_a_terminal_and_a_status_line_on_one() {
+    let f = Fixture::new("rust-add");
+    let lines = || {
+        vec![
+            plan(&["src/lib.rs"]),
+            edit(
+                "src/lib.rs",
+                "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+                "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+            ),
+            finish(),
+        ]
+    };
+    let script = f.script(&lines());
+    let model = format!("scripted:{}", script.display());
+    let out = f.agent(&["fix", "--model", &model, "fix add"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "▸ planning",
+        "turn 1: planner",
+        "tests (before):",
+        "edit_file src/lib.rs",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert!(
+        !err.contains('\u{1b}'),
+        "no terminal codes off a terminal:\n{err}"
+    );
+
+    let f = Fixture::new("rust-add");
+    let script = f.script(&lines());
+    let cmd = format!(
+        "{} fix --repo {} --model scripted:{} 'fix add'",
+        env!("CARGO_BIN_EXE_git-agent"),
+        f.repo().display(),
+        script.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("XDG_CONFIG_HOME", f.tmp.path().join("config"))
+        .env("COLUMNS", "120")
+        .output()
+        .expect("script(1) from util-linux runs the command in a pty");
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{tty}");
+    assert!(tty.contains("\u{1b}["), "a live line redraws:\n{tty}");
+    assert!(tty.contains(" · $0.00"), "status line with spend:\n{tty}");
+    assert!(
+        tty.contains("turn 3 (coder)"),
+        "status line with the turn:\n{tty}"
+    );
+    assert!(tty.contains("succeeded"), "{tty}");
+}
+
 fn script_for_crash(f: &Fixture) -> PathBuf {
     f.script(&[
         serde_json::json!({"role": "planner", "tool_calls": [{"name": "read_file", "arguments": {"path": "src/lib.rs"}}]}),
