@@ -15,8 +15,10 @@
 //!
 //! Data is redacted (every string and every key, recursively) before it is hashed and written.
 //!
-//! Appends are one `write` of a whole line followed by `fsync`, so a crash leaves at most one
-//! torn last line. [`Appender::open`] reports such a line, cuts it off and continues the chain
+//! Appends are one `write` of a whole line, so a crash leaves at most one torn last line. Each
+//! append is also `fsync`ed unless the owner groups syncs ([`Appender::sync_each`] off, then
+//! [`Appender::sync`] at its durable points): a written line survives `kill -9` either way (it
+//! is in the page cache); the fsync only matters when the machine itself goes down. [`Appender::open`] reports such a line, cuts it off and continues the chain
 //! from the last valid event. A chain alone cannot show that events were cut off its end; pass
 //! the head recorded elsewhere (the run state, the `Audit-Head:` trailer) to [`verify`] to
 //! catch that too.
@@ -515,6 +517,7 @@ struct Inner {
 pub struct Appender {
     path: PathBuf,
     run: String,
+    sync_each: bool,
     redact: Redactor,
     inner: Mutex<Inner>,
 }
@@ -585,6 +588,7 @@ impl Appender {
         let appender = Appender {
             path: path.to_owned(),
             run: run.to_owned(),
+            sync_each: true,
             redact,
             inner: Mutex::new(Inner {
                 file,
@@ -598,6 +602,25 @@ impl Appender {
                 torn_tail: lines.torn,
             },
         ))
+    }
+
+    /// Whether every append is fsynced (the default). Off, the owner calls [`sync`](Self::sync)
+    /// at its durable points: one fsync per group of events instead of one per event.
+    pub fn sync_each(mut self, on: bool) -> Self {
+        self.sync_each = on;
+        self
+    }
+
+    /// Flush every appended event to disk.
+    pub fn sync(&self) -> Result<()> {
+        let inner = self
+            .inner
+            .lock()
+            .map_err(|_| Error::Poisoned(self.path.clone()))?;
+        inner.file.sync_data().map_err(|source| Error::Io {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     /// The log file.
@@ -623,6 +646,7 @@ impl Appender {
 
     /// Like [`append`](Self::append) with a given timestamp (replays, deterministic tests).
     pub fn append_at(&self, kind: Kind, data: Value, ts: String) -> Result<Event> {
+        let _span = tracing::debug_span!("audit_write").entered();
         let data = redact_value(&data, &self.redact);
         let mut inner = self
             .inner
@@ -646,7 +670,9 @@ impl Appender {
         };
         // One write of the whole line, so a crash tears at most this line.
         inner.file.write_all(line.as_bytes()).map_err(io)?;
-        inner.file.sync_data().map_err(io)?;
+        if self.sync_each {
+            inner.file.sync_data().map_err(io)?;
+        }
         inner.head = Head {
             seq: event.seq,
             hash: event.hash.clone(),

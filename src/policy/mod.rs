@@ -178,6 +178,7 @@ impl Policy {
 
     /// Judge writing (creating, editing, deleting) a worktree-relative path.
     pub fn judge_path(&self, path: &str) -> PathVerdict {
+        let _span = tracing::debug_span!("policy").entered();
         self.paths.judge(path)
     }
 
@@ -185,6 +186,7 @@ impl Policy {
     /// decision wins. A line that cannot be parsed is `ask`. An `ask` for which `approvals`
     /// holds an approval of the same command becomes `allow`, naming the approval.
     pub fn judge_command(&self, line: &str, approvals: &[Approval]) -> CommandVerdict {
+        let _span = tracing::debug_span!("policy").entered();
         let mut v = command::judge(self, line);
         if v.decision == Decision::Ask
             && let Some(a) = approvals.iter().find(|a| a.approves("run", line))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tracing::Instrument as _;
 
 use super::error::{Error, Result};
 use super::record::{PendingApproval, PrRef, RunRecord, files, now};
@@ -213,7 +214,7 @@ pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Out
             "sandbox": svc.exec_options.sandbox,
         }),
     )?;
-    run.save()?;
+    run.persist()?;
     run.drive().await
 }
 
@@ -243,7 +244,7 @@ pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Re
         run.rec.approved_calls = pending.remaining.clone();
         let back = pending.resume_state;
         run.rec.state = back;
-        run.save()?;
+        run.persist()?;
     }
     run.audit(
         Kind::State,
@@ -279,6 +280,8 @@ struct Active<'a> {
     worktree: Option<Worktree>,
     tools: Option<(ToolContext, Registry, Arc<dyn Executor>)>,
     messages: Vec<Message>,
+    /// How many of `messages` are in the conversation file (it is append-only).
+    conversation_written: usize,
     test_from_flag: bool,
     started: std::time::Instant,
     /// Continuing a run an earlier process started (its branch and worktree may exist).
@@ -296,18 +299,18 @@ impl<'a> Active<'a> {
         if recovery.torn_tail.is_some() {
             tracing::warn!(run = %rec.run_id, "the audit log's last line was torn by a crash; continuing the chain after the last whole event");
         }
-        let messages = match std::fs::read(dir.join(files::CONVERSATION)) {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-            Err(_) => Vec::new(),
-        };
+        let messages = read_conversation(&dir.join(files::CONVERSATION))?;
+        let conversation_written = messages.len();
         Ok(Self {
             svc,
             rec,
             dir,
-            audit: Arc::new(audit),
+            // One fsync per durable point (persist), not per event.
+            audit: Arc::new(audit.sync_each(false)),
             worktree: None,
             tools: None,
             messages,
+            conversation_written,
             test_from_flag,
             started: std::time::Instant::now(),
             resumed: false,
@@ -330,20 +333,45 @@ impl<'a> Active<'a> {
         (self.svc.progress)(&e);
     }
 
-    /// Persist the record (and conversation), then mirror the run directory to its ref.
+    /// Save the record and conversation within a step: atomic (safe against `kill -9`) but
+    /// without fsync or the ref mirror; [`persist`](Self::persist) does those at transitions.
     fn save(&mut self) -> Result<()> {
+        self.write_state(false)
+    }
+
+    /// Persist durably at a transition or checkpoint: the audit log synced, the record and
+    /// conversation fsynced, the run directory mirrored to `refs/agent/runs/<id>`.
+    fn persist(&mut self) -> Result<()> {
+        self.audit.sync()?;
+        self.write_state(true)
+    }
+
+    fn write_state(&mut self, durable: bool) -> Result<()> {
+        let _span = tracing::debug_span!("state_persist").entered();
         self.rec.audit_head = Some(self.audit.head()?);
         self.rec.budget_spent = Some(self.svc.router.spent());
         self.rec.model_usage = self.svc.router.usage();
         self.rec.usage = usage_lines(&self.svc.router);
-        let text = serde_json::to_string(&self.messages).unwrap_or_else(|_| "[]".into());
-        let text = self.svc.redactor.redact(&text);
-        write_atomic(&self.dir.join(files::CONVERSATION), text.as_bytes())
-            .map_err(|e| Error::io("cannot write", &self.dir, e))?;
+        // Only the messages not yet written are appended (each redacted once), so a save
+        // costs what the turn added, not the whole conversation again.
+        let conversation = self.dir.join(files::CONVERSATION);
+        if self.conversation_written < self.messages.len() || durable {
+            let mut text = String::new();
+            for m in &self.messages[self.conversation_written..] {
+                let line = serde_json::to_string(m)
+                    .map_err(|e| Error::Invalid(format!("cannot encode a message: {e}")))?;
+                text.push_str(&self.svc.redactor.redact(&line));
+                text.push('\n');
+            }
+            append_bytes(&conversation, text.as_bytes(), durable)?;
+            self.conversation_written = self.messages.len();
+        }
         self.rec
-            .save(&self.dir)
+            .save_with(&self.dir, durable)
             .map_err(|e| Error::io("cannot write the record in", &self.dir, e))?;
-        self.svc.repo.mirror_run_record(&self.rec.run_id)?;
+        if durable {
+            self.svc.repo.mirror_run_record(&self.rec.run_id)?;
+        }
         Ok(())
     }
 
@@ -361,7 +389,7 @@ impl<'a> Active<'a> {
             )?;
             self.rec.state = next;
         }
-        self.save()?;
+        self.persist()?;
         self.progress(RunEvent::State(next));
         Ok(())
     }
@@ -549,6 +577,7 @@ impl<'a> Active<'a> {
         );
         let out = executor
             .run(ExecRequest::shell(cmd.command.clone()).timeout(timeout))
+            .instrument(tracing::debug_span!("test_command"))
             .await?;
         let mut text = out.stdout.to_text_lossy();
         let err = out.stderr.to_text_lossy();
@@ -880,6 +909,7 @@ impl<'a> Active<'a> {
 
     /// Commit the worktree's changes as a checkpoint, after checking the diff for secrets.
     fn checkpoint(&mut self, why: &str) -> Result<()> {
+        let _span = tracing::debug_span!("commit").entered();
         let Some(wt) = &self.worktree else {
             return Ok(());
         };
@@ -953,7 +983,7 @@ impl<'a> Active<'a> {
                 json!({"commit": id, "step": step, "why": why}),
             )?;
             self.rec.commits.push(id);
-            self.save()?;
+            self.persist()?;
         }
         Ok(())
     }
@@ -985,8 +1015,9 @@ impl<'a> Active<'a> {
         tools: Vec<model::ToolSpec>,
     ) -> Result<model::Reply> {
         let reply = self.ask(role, system, self.messages.clone(), tools).await?;
+        // Saved with the turn's tool results: a crash before that re-asks this turn, which
+        // resume makes consistent (the worktree goes back to the last checkpoint).
         self.messages.push(Message::from_reply(&reply));
-        self.save()?;
         Ok(reply)
     }
 
@@ -1005,7 +1036,12 @@ impl<'a> Active<'a> {
             role,
             n: self.rec.turns + 1,
         });
-        let result = self.svc.router.call(role, &req, None).await;
+        let result = self
+            .svc
+            .router
+            .call(role, &req, None)
+            .instrument(tracing::debug_span!("model_call"))
+            .await;
         let out = match result {
             Ok(out) => out,
             Err(e) => {
@@ -1022,6 +1058,7 @@ impl<'a> Active<'a> {
             Kind::ModelCall,
             serde_json::to_value(&out.record).unwrap_or_default(),
         )?;
+        let _transcript = tracing::debug_span!("transcript").entered();
         let line = serde_json::to_string(&out.transcript).unwrap_or_default();
         append_line(
             &self.dir.join(files::TRANSCRIPT),
@@ -1162,6 +1199,7 @@ impl<'a> Active<'a> {
         }
         match registry
             .dispatch(ctx, &call.name, call.arguments.clone())
+            .instrument(tracing::debug_span!("tool_dispatch"))
             .await
         {
             Ok(out) => Ok(Dispatched::Done(out.content, false)),
@@ -1228,7 +1266,7 @@ impl<'a> Active<'a> {
         let pr = self.dir.join(files::PR);
         write_atomic(&pr, body.as_bytes()).map_err(|e| Error::io("cannot write", &pr, e))?;
         self.rec.pr = Some(PrRef::Path(pr));
-        self.save()?;
+        self.persist()?;
         Ok(())
     }
 }
@@ -1250,6 +1288,52 @@ fn usage_lines(router: &Router) -> Vec<CostLine> {
             cost_usd: (!u.cost_unknown).then_some(u.cost_usd),
         })
         .collect()
+}
+
+/// Append to a file (creating it); `sync` adds an fsync.
+fn append_bytes(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io("cannot open", path, e))?;
+    f.write_all(bytes)
+        .map_err(|e| Error::io("cannot write", path, e))?;
+    if sync {
+        f.sync_data()
+            .map_err(|e| Error::io("cannot sync", path, e))?;
+    }
+    Ok(())
+}
+
+/// Read the conversation file: one message per line. A torn last line (a crash mid-write)
+/// is cut off, so the next append starts on a clean line.
+fn read_conversation(path: &Path) -> Result<Vec<Message>> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("cannot read", path, e)),
+    };
+    let mut messages = Vec::new();
+    let mut good = 0;
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        if !line.ends_with(b"\n") {
+            break;
+        }
+        match serde_json::from_slice::<Message>(line) {
+            Ok(m) => {
+                messages.push(m);
+                good += line.len();
+            }
+            Err(_) => break,
+        }
+    }
+    if good < bytes.len() {
+        tracing::warn!(path = %path.display(), "the conversation ends in a torn line; cutting it off");
+        write_atomic(path, &bytes[..good]).map_err(|e| Error::io("cannot rewrite", path, e))?;
+    }
+    Ok(messages)
 }
 
 fn append_line(path: &Path, line: &str) -> Result<()> {

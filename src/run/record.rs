@@ -10,15 +10,16 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::report::{CostLine, ReportInput, VerifyLine};
-use super::state::{RunState, write_atomic};
+use super::state::{RunState, write_atomic, write_replace};
 use crate::task::Task;
 
 /// File names inside a run directory.
 pub mod files {
     /// The record.
     pub const RECORD: &str = "record.json";
-    /// The conversation so far (redacted), to continue it after a crash.
-    pub const CONVERSATION: &str = "conversation.json";
+    /// The conversation so far (redacted), one message per line, appended as it grows, to
+    /// continue it after a crash.
+    pub const CONVERSATION: &str = "conversation.jsonl";
     /// The audit chain.
     pub const AUDIT: &str = "audit.jsonl";
     /// The model transcript.
@@ -140,10 +141,19 @@ impl RunRecord {
 
     /// Write the record atomically, stamping `updated_at`.
     pub fn save(&mut self, run_dir: &Path) -> std::io::Result<()> {
+        self.save_with(run_dir, true)
+    }
+
+    /// Write the record; `durable` adds the fsyncs (see [`write_replace`]).
+    pub fn save_with(&mut self, run_dir: &Path, durable: bool) -> std::io::Result<()> {
         self.updated_at = now();
         let bytes = serde_json::to_vec_pretty(self)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        write_atomic(&Self::path(run_dir), &bytes)
+        if durable {
+            write_atomic(&Self::path(run_dir), &bytes)
+        } else {
+            write_replace(&Self::path(run_dir), &bytes)
+        }
     }
 
     /// Total USD spent, and whether some spend is of unknown price.

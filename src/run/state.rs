@@ -116,6 +116,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Replace `path` by a temporary file and a rename, without fsync: atomic for any process
+/// that reads it and safe against `kill -9`, durable against power loss only once a later
+/// [`write_atomic`] or fsync has run. For the many saves inside one step.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 /// The path of a run's state file.
 pub fn state_path(run_dir: &Path) -> PathBuf {
     run_dir.join("state.json")

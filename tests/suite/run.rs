@@ -368,9 +368,10 @@ fn ask_pauses_then_resume_approve_succeeds() {
         "plan, the paused turn, finish: no turn asked twice"
     );
     // Every tool call in the conversation has its answer.
-    let conv = std::fs::read_to_string(run_dir.join("conversation.json")).unwrap();
-    let conv: Value = serde_json::from_str(&conv).unwrap();
-    let text = conv.to_string();
+    let text = std::fs::read_to_string(run_dir.join("conversation.jsonl")).unwrap();
+    for line in text.lines() {
+        let _: Value = serde_json::from_str(line).unwrap();
+    }
     let ids: std::collections::BTreeSet<&str> =
         text.split('"').filter(|t| t.starts_with("call_")).collect();
     assert!(ids.len() >= 4, "{text}");
