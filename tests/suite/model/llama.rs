@@ -14,8 +14,8 @@ use std::time::Duration;
 use git_agent::config::{ModelNetConfig, Settings};
 use git_agent::model::anthropic::{AnthropicClient, AnthropicOptions};
 use git_agent::model::{
-    CallContext, Message, ModelClient, Progress, Request, Role, StopReason, ToolChoice, ToolSpec,
-    build_client,
+    CallContext, Message, ModelClient, Progress, Request, Role, StopReason, ToolCall, ToolChoice,
+    ToolSpec, build_client,
 };
 use serde_json::json;
 
@@ -222,6 +222,55 @@ async fn llama_server_renders_tools_and_a_forced_tool_blocks_a_plain_answer() {
         StopReason::MaxTokens => assert!(forced.tool_calls.is_empty(), "{forced:?}"),
         _ => panic!("a forced tool must not end in a plain answer: {forced:?}"),
     }
+}
+
+/// An earlier tool call and its result, threaded back in the conversation, reach the model
+/// through the server's template (they are not dropped), and the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_server_takes_a_tool_call_and_its_result_threaded_back() {
+    let server = start().await;
+    let c = client(&server.base);
+    let ctx = CallContext::new(Role::Coder);
+    let question = Message::user("What is the weather in Paris?");
+
+    let mut before = Request::new(vec![question.clone()], 1);
+    before.tools = tools();
+    let before = c.complete(&before, &ctx).await.unwrap();
+
+    let call = ToolCall {
+        id: "call_1".into(),
+        name: "get_weather".into(),
+        arguments: json!({"city": "Paris"}),
+    };
+    let mut req = Request::new(
+        vec![
+            question,
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![call],
+            },
+            Message::ToolResult {
+                call_id: "call_1".into(),
+                name: "get_weather".into(),
+                content: "Sunny, 21 degrees Celsius, light wind from the west".into(),
+                is_error: false,
+            },
+        ],
+        32,
+    );
+    req.tools = tools();
+    req.temperature = Some(0.0);
+    let reply = c.complete(&req, &ctx).await.unwrap();
+    assert!(
+        reply.usage.input_tokens > before.usage.input_tokens + 20,
+        "the call and its result are in the prompt: {} tokens with them, {} without",
+        reply.usage.input_tokens,
+        before.usage.input_tokens
+    );
+    assert!(
+        !reply.content.trim().is_empty() || !reply.tool_calls.is_empty(),
+        "{reply:?}"
+    );
 }
 
 /// A tool forced by name comes back as a parsed tool call.
