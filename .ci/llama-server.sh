@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's `llama-server` and fetches SmolLM2-135M-Instruct for the real
-# OpenAI-compatible server test (tests/suite/model_llama.rs), then prints the two
+# OpenAI-compatible server test (tests/suite/model/llama.rs), then prints the two
 # variables that test reads:
 #
 #   eval "$(.ci/llama-server.sh)"   # exports GIT_AGENT_TEST_LLAMA_SERVER, GIT_AGENT_TEST_LLAMA_MODEL

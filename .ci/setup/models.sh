@@ -5,3 +5,6 @@
 llama_exports="$(GIT_AGENT_BUILD_JOBS="${GIT_AGENT_BUILD_JOBS:-$(nproc)}" nice -n 10 .ci/llama-server.sh)"
 eval "$llama_exports"
 unset llama_exports
+# The tests start llama-server themselves with `--jinja --chat-template-file
+# tests/data/smollm2-tools.jinja`: SmolLM2's built-in template renders no tools, and this
+# llama.cpp then drops `tools` from every request without a word.

@@ -445,6 +445,184 @@ mod tests {
         }
     }
 
+    // The retry loop on tokio's paused clock: sleeps and time-outs advance virtual time at
+    // once, so the real waits (7 s, minutes of back-off) are checked to the millisecond
+    // without spending them.
+
+    fn caller() -> Caller {
+        Caller {
+            provider: "openai".into(),
+            model: "m".into(),
+            key_var: "OPENAI_API_KEY".into(),
+            url: "http://x".into(),
+        }
+    }
+
+    fn flaky(retry_after: Option<Duration>) -> Error {
+        Error::Transient {
+            provider: "openai".into(),
+            message: "503: overloaded".into(),
+            retry_after,
+        }
+    }
+
+    /// Runs `with_retries` where attempt n (0-based) gives `outcome(n)`; returns the result
+    /// and the virtual time of each attempt since the start.
+    async fn drive(
+        net: &ModelNetConfig,
+        ctx: &CallContext,
+        outcome: impl Fn(usize) -> Option<Result<u32>>,
+    ) -> (Result<u32>, Vec<Duration>) {
+        let t0 = tokio::time::Instant::now();
+        let times = std::sync::Mutex::new(Vec::new());
+        let r = with_retries(net, &caller(), ctx, || {
+            let n = {
+                let mut t = times.lock().unwrap();
+                t.push(t0.elapsed());
+                t.len() - 1
+            };
+            let out = outcome(n);
+            async move {
+                match out {
+                    Some(r) => r,
+                    // A call that never answers.
+                    None => std::future::pending().await,
+                }
+            }
+        })
+        .await;
+        (r, times.into_inner().unwrap())
+    }
+
+    fn net(max_retries: u32) -> ModelNetConfig {
+        ModelNetConfig {
+            request_timeout_s: 30.0,
+            max_retries,
+            backoff_base_s: 1.0,
+            backoff_max_s: 8.0,
+            ..ModelNetConfig::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_7_waits_7_seconds_then_succeeds() {
+        let waits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let w = waits.clone();
+        let mut ctx = CallContext::new(super::super::Role::Coder);
+        ctx.progress = Some(std::sync::Arc::new(move |p| {
+            if let Progress::Retry { wait, .. } = p {
+                w.lock().unwrap().push(wait);
+            }
+        }));
+        let (r, times) = drive(&net(3), &ctx, |n| {
+            Some(match n {
+                0 => Err(flaky(Some(Duration::from_secs(7)))),
+                _ => Ok(42),
+            })
+        })
+        .await;
+        assert_eq!(r.unwrap(), 42);
+        assert_eq!(times, [Duration::ZERO, Duration::from_secs(7)]);
+        assert_eq!(*waits.lock().unwrap(), [Duration::from_secs(7)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn server_errors_back_off_exponentially_with_jitter_and_give_up() {
+        let (r, times) = drive(
+            &net(5),
+            &CallContext::new(super::super::Role::Coder),
+            |_| Some(Err(flaky(None))),
+        )
+        .await;
+        assert!(
+            matches!(r, Err(Error::RetriesExhausted { attempts: 6, .. })),
+            "{r:?}"
+        );
+        assert_eq!(times.len(), 6, "one call and five retries: {times:?}");
+        // Gap before retry n is base·2^(n-1) capped at 8 s, times a factor in [0.5, 1].
+        for (n, pair) in times.windows(2).enumerate() {
+            let gap = (pair[1] - pair[0]).as_secs_f64();
+            let full = (2f64.powi(n as i32)).min(8.0);
+            assert!(
+                gap >= full * 0.5 && gap <= full,
+                "retry {}: waited {gap} s, expected within [{}, {full}]: {times:?}",
+                n + 1,
+                full * 0.5
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn auth_errors_and_huge_retry_after_are_not_waited_for() {
+        let ctx = CallContext::new(super::super::Role::Coder);
+        let (r, times) = drive(&net(5), &ctx, |_| {
+            Some(Err(Error::Auth {
+                provider: "openai".into(),
+                key_var: "OPENAI_API_KEY".into(),
+                status: 401,
+                message: "bad key".into(),
+            }))
+        })
+        .await;
+        assert!(matches!(r, Err(Error::Auth { .. })), "{r:?}");
+        assert_eq!(times, [Duration::ZERO]);
+
+        let t0 = tokio::time::Instant::now();
+        let (r, times) = drive(&net(5), &ctx, |_| {
+            Some(Err(flaky(Some(Duration::from_secs(3600)))))
+        })
+        .await;
+        assert!(
+            matches!(r, Err(Error::RetriesExhausted { attempts: 1, .. })),
+            "{r:?}"
+        );
+        assert_eq!(times.len(), 1);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::ZERO,
+            "an hour's retry-after is not slept"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_answers_times_out_each_attempt() {
+        let (r, times) = drive(
+            &net(1),
+            &CallContext::new(super::super::Role::Coder),
+            |_| None,
+        )
+        .await;
+        let Err(Error::RetriesExhausted { attempts, last, .. }) = &r else {
+            panic!("{r:?}");
+        };
+        assert_eq!(*attempts, 2);
+        assert!(last.contains("timed out after 30.0 s"), "{last}");
+        let gap = (times[1] - times[0]).as_secs_f64();
+        assert!(
+            (30.5..=31.0).contains(&gap),
+            "30 s time-out plus 0.5–1 s back-off: {gap}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_run_deadline_clamps_time_outs_and_stops_retries() {
+        let mut ctx = CallContext::new(super::super::Role::Coder);
+        ctx.deadline = Some(tokio::time::Instant::now() + Duration::from_secs(10));
+        let t0 = tokio::time::Instant::now();
+        let (r, times) = drive(&net(100), &ctx, |n| match n {
+            0 => Some(Err(flaky(Some(Duration::from_secs(4))))),
+            _ => None,
+        })
+        .await;
+        assert!(matches!(r, Err(Error::RetriesExhausted { .. })), "{r:?}");
+        assert_eq!(times, [Duration::ZERO, Duration::from_secs(4)]);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(10),
+            "the second attempt is cut at the deadline, not at the 30 s time-out"
+        );
+    }
+
     #[test]
     fn classification() {
         let c = Caller {
