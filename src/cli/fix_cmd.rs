@@ -277,6 +277,7 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
         test_command: args.test_cmd.clone(),
         model_flags: args.models.clone(),
         sandbox: args.sandbox.clone(),
+        run_id: None,
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let outcome = rt.block_on(engine::start(&svc, task, opts))?;

@@ -64,6 +64,14 @@ pub enum Error {
         /// The git engine's error.
         source: crate::workspace::Error,
     },
+    /// Fetching a run record failed.
+    #[error("fetch of {what}: {source}")]
+    Fetch {
+        /// The ref and the remote.
+        what: String,
+        /// The git engine's error.
+        source: Box<crate::workspace::Error>,
+    },
     /// A background task died (a bug, not a forge failure).
     #[error("forge task: {0}")]
     Join(String),
