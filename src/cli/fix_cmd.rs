@@ -127,8 +127,8 @@ fn who() -> Person {
     }
 }
 
-/// Everything `fix` and `resume` share: services over the resolved config.
-fn services(
+/// Everything `fix`, `resume` and `action` share: services over the resolved config.
+pub(super) fn services(
     repo: Repo,
     cfg: Config,
     models: &[String],

@@ -1,0 +1,411 @@
+//! `git agent action` end to end: the real binary, a fixture repository checked out as a
+//! runner would, a published webhook example as the event, a scripted model, the fake GitHub
+//! API (every request checked against GitHub's REST description) and a bare repository on
+//! disk as the remote.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::fake::{Fake, npm_dir};
+
+const REPO: &str = "Codertocat/Hello-World";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+/// The `issues.labeled` example of `@octokit/webhooks-examples`, adjusted: the label is the
+/// trigger label and the default branch is the fixture's.
+fn labeled_event() -> Value {
+    let path = npm_dir().join("@octokit/webhooks-examples/api.github.com/index.json");
+    let list: Vec<Value> = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut event = list
+        .iter()
+        .find(|e| e["name"] == "issues")
+        .and_then(|e| {
+            e["examples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["action"] == "labeled")
+        })
+        .expect("an issues.labeled example")
+        .clone();
+    assert_eq!(event["repository"]["full_name"], REPO);
+    event["label"]["name"] = json!("agent");
+    event["repository"]["default_branch"] = json!("main");
+    event
+}
+
+fn script_lines() -> Vec<Value> {
+    vec![
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["src/lib.rs"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
+            "path": "src/lib.rs",
+            "old_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "new_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a + b"}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]}),
+    ]
+}
+
+/// A runner's world: the remote (a bare repository under a fake server root), a checkout
+/// of it, the event file, the script and a private config home.
+struct Runner {
+    tmp: tempfile::TempDir,
+}
+
+impl Runner {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let seed = tmp.path().join("seed");
+        copy_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust-add"),
+            &seed,
+        );
+        std::fs::write(seed.join(".gitignore"), "target/\n").unwrap();
+        git(&seed, &["init", "-q"]);
+        git(&seed, &["add", "-A"]);
+        git(&seed, &["commit", "-qm", "fixture"]);
+        let server = tmp.path().join("server/Codertocat");
+        std::fs::create_dir_all(&server).unwrap();
+        git(
+            &server,
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                seed.to_str().unwrap(),
+                "Hello-World.git",
+            ],
+        );
+        std::fs::create_dir_all(tmp.path().join("config/git-agent")).unwrap();
+        let script: String = script_lines().iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(tmp.path().join("script.jsonl"), script).unwrap();
+        std::fs::write(tmp.path().join("event.json"), labeled_event().to_string()).unwrap();
+        Runner { tmp }
+    }
+
+    fn remote(&self) -> PathBuf {
+        self.tmp.path().join("server/Codertocat/Hello-World.git")
+    }
+
+    /// A fresh checkout of the remote, as actions/checkout makes on a new runner.
+    fn checkout(&self, name: &str) -> PathBuf {
+        git(
+            self.tmp.path(),
+            &["clone", "-q", self.remote().to_str().unwrap(), name],
+        );
+        self.tmp.path().join(name)
+    }
+
+    /// Run `git-agent action` in `workspace` against the fake; returns exit code, stdout,
+    /// stderr, outputs and step summary.
+    async fn action(&self, fake: &Fake, workspace: &Path, tag: &str) -> ActionRun {
+        let output = self.tmp.path().join(format!("output-{tag}"));
+        let summary = self.tmp.path().join(format!("summary-{tag}"));
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_git-agent"))
+            .arg("action")
+            .current_dir(workspace)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", std::env::var("HOME").unwrap())
+            .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_EVENT_NAME", "issues")
+            .env("GITHUB_EVENT_PATH", self.tmp.path().join("event.json"))
+            .env("GITHUB_REPOSITORY", REPO)
+            .env("GITHUB_API_URL", fake.api_base())
+            .env(
+                "GITHUB_SERVER_URL",
+                format!("file://{}", self.tmp.path().join("server").display()),
+            )
+            .env("GITHUB_WORKSPACE", workspace)
+            .env("GITHUB_TOKEN", "ghs_actions_job_token")
+            .env("GITHUB_OUTPUT", &output)
+            .env("GITHUB_STEP_SUMMARY", &summary)
+            .env(
+                "INPUT_MODEL",
+                format!(
+                    "scripted:{}",
+                    self.tmp.path().join("script.jsonl").display()
+                ),
+            )
+            .env("INPUT_MAX-USD", "2")
+            .output()
+            .await
+            .unwrap();
+        ActionRun {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            outputs: parse_outputs(&std::fs::read_to_string(&output).unwrap_or_default()),
+            summary: std::fs::read_to_string(&summary).unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ActionRun {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    outputs: HashMap<String, String>,
+    summary: String,
+}
+
+/// Parse `$GITHUB_OUTPUT` as the runner does: `name<<DELIM` … `DELIM`, or `name=value`.
+fn parse_outputs(text: &str) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if let Some((name, delim)) = line.split_once("<<") {
+            let mut value = Vec::new();
+            for l in lines.by_ref() {
+                if l == delim {
+                    break;
+                }
+                value.push(l);
+            }
+            out.insert(name.to_string(), value.join("\n"));
+        } else if let Some((name, value)) = line.split_once('=') {
+            out.insert(name.to_string(), value.to_string());
+        }
+    }
+    out
+}
+
+fn progress_comments(fake: &Fake, issue: u64) -> Vec<Value> {
+    fake.world()
+        .comments
+        .iter()
+        .filter(|(n, c)| {
+            *n == issue
+                && c["body"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("git-agent:progress")
+        })
+        .map(|(_, c)| c.clone())
+        .collect()
+}
+
+fn refs(git_dir: &Path) -> Vec<String> {
+    let out = Command::new("git")
+        .args([
+            "--git-dir",
+            git_dir.to_str().unwrap(),
+            "for-each-ref",
+            "--format=%(refname)",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A labeled issue becomes a pushed branch and a draft PR whose body is the full report;
+/// the outputs and the step summary are written; re-running the job (in the same checkout,
+/// then on a fresh runner) publishes the same run again: one branch, one PR, one comment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labeled_issue_becomes_a_draft_pr_and_reruns_are_idempotent() {
+    let fake: Arc<Fake> = Fake::start("").await;
+    fake.grant("Codertocat", "admin", "admin");
+    fake.add_issue(
+        1,
+        "add returns the difference",
+        "`add(2, 3)` should be 5; the test `adds_two_numbers` fails.",
+        "Codertocat",
+        false,
+    );
+    let runner = Runner::new();
+    let work = runner.checkout("work");
+
+    let first = runner.action(&fake, &work, "1").await;
+    assert_eq!(first.code, Some(0), "{first:#?}");
+    let run_id = first.outputs["run-id"].clone();
+    assert!(!run_id.is_empty(), "{first:#?}");
+    assert_eq!(first.outputs["state"], "succeeded");
+    assert!(
+        first.stdout.contains(&format!("run {run_id} succeeded")),
+        "{}",
+        first.stdout
+    );
+
+    // The draft PR: one, draft, from the run branch into main, body = the full report.
+    let pulls = fake.world().pulls.clone();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let pr = &pulls[0];
+    assert_eq!(pr["draft"], true);
+    assert_eq!(pr["base"]["ref"], "main");
+    assert_eq!(first.outputs["pr-url"], pr["html_url"].as_str().unwrap());
+    let branch = pr["head"]["ref"].as_str().unwrap().to_string();
+    assert!(branch.starts_with("agent/1-"), "{branch}");
+    let report =
+        std::fs::read_to_string(work.join(".git/agent/runs").join(&run_id).join("pr.md")).unwrap();
+    assert_eq!(pr["body"].as_str().unwrap(), report);
+    for section in [
+        "Fixes #1",
+        "### Plan",
+        "### Changes",
+        "### Verification",
+        "### Cost",
+        "Audit trail",
+    ] {
+        assert!(
+            report.contains(section),
+            "no {section} in the report:\n{report}"
+        );
+    }
+    assert!(report.contains("| before | `cargo test"), "{report}");
+    // The step summary is the report.
+    assert_eq!(first.summary.trim_end(), report.trim_end());
+
+    // The remote has the branch (with the agent's commit) and the run record, nothing else new.
+    let remote_refs = refs(&runner.remote());
+    assert!(
+        remote_refs.contains(&format!("refs/heads/{branch}")),
+        "{remote_refs:?}"
+    );
+    assert!(
+        remote_refs.contains(&format!("refs/agent/runs/{run_id}")),
+        "{remote_refs:?}"
+    );
+    assert_eq!(remote_refs.len(), 3, "{remote_refs:?}");
+    let msg = git(&runner.remote(), &["log", "-1", "--format=%B", &branch]);
+    assert!(msg.contains(&format!("Agent-Run: {run_id}")), "{msg}");
+    let lib = git(&runner.remote(), &["show", &format!("{branch}:src/lib.rs")]);
+    assert!(lib.contains("a + b"), "{lib}");
+    // The pushed record knows its PR.
+    let record = git(
+        &runner.remote(),
+        &["show", &format!("refs/agent/runs/{run_id}:record.json")],
+    );
+    assert!(
+        record.contains(pr["html_url"].as_str().unwrap()),
+        "{record}"
+    );
+
+    // One progress comment, final state, with the PR link; authenticated with the job token.
+    let comments = progress_comments(&fake, 1);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    let body = comments[0]["body"].as_str().unwrap();
+    assert!(
+        body.contains(&format!("run `{run_id}` — ✅ succeeded")),
+        "{body}"
+    );
+    assert!(body.contains(pr["html_url"].as_str().unwrap()), "{body}");
+    assert!(
+        body.contains("- [x] 1. Make add add") || body.contains("- [ ] 1. Make add add"),
+        "{body}"
+    );
+    assert!(
+        fake.world()
+            .seen
+            .iter()
+            .all(|s| s.authorization.as_deref() == Some("Bearer ghs_actions_job_token")),
+        "every API call carries the job's token"
+    );
+    assert!(
+        !fake
+            .requests("GET", "/collaborators/Codertocat/permission")
+            .is_empty()
+    );
+
+    // Re-run in the same checkout: the same run is published again.
+    let again = runner.action(&fake, &work, "2").await;
+    assert_eq!(again.code, Some(0), "{again:#?}");
+    assert_eq!(again.outputs["run-id"], run_id);
+    assert_eq!(again.outputs["pr-url"], first.outputs["pr-url"]);
+    assert_eq!(fake.world().pulls.len(), 1);
+    assert_eq!(progress_comments(&fake, 1).len(), 1);
+    assert!(
+        !fake.requests("PATCH", "/pulls/1").is_empty(),
+        "the PR is updated"
+    );
+
+    // Re-run on a fresh runner: the run is found by its progress comment, its record
+    // fetched from the remote, and published again — still one PR, one comment.
+    let fresh = runner.checkout("fresh");
+    let third = runner.action(&fake, &fresh, "3").await;
+    assert_eq!(third.code, Some(0), "{third:#?}");
+    assert_eq!(third.outputs["run-id"], run_id, "{third:#?}");
+    assert_eq!(third.outputs["state"], "succeeded");
+    assert_eq!(third.outputs["pr-url"], first.outputs["pr-url"]);
+    assert_eq!(fake.world().pulls.len(), 1);
+    assert_eq!(progress_comments(&fake, 1).len(), 1);
+    assert_eq!(refs(&runner.remote()).len(), 3);
+    let turns = fresh
+        .join(".git/agent/runs")
+        .join(&run_id)
+        .join("record.json");
+    assert!(turns.exists(), "the record was restored from the remote");
+
+    fake.assert_clean();
+}
+
+/// An event that starts nothing exits 0, says why, and still writes the outputs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignored_event_exits_zero_with_the_reason() {
+    let fake: Arc<Fake> = Fake::start("").await;
+    fake.grant("Codertocat", "read", "read");
+    fake.add_issue(1, "t", "b", "Codertocat", false);
+    let runner = Runner::new();
+    let work = runner.checkout("work");
+    let run = runner.action(&fake, &work, "1").await;
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert!(
+        run.stdout
+            .starts_with("ignored: Codertocat has read permission"),
+        "{run:#?}"
+    );
+    assert_eq!(run.outputs["state"], "ignored");
+    assert_eq!(run.outputs["run-id"], "");
+    assert!(run.summary.contains("ignored"), "{}", run.summary);
+    assert!(fake.world().pulls.is_empty());
+    assert!(progress_comments(&fake, 1).is_empty());
+    assert!(
+        run.stderr.is_empty() || !run.stderr.contains("error"),
+        "{}",
+        run.stderr
+    );
+    fake.assert_clean();
+}
