@@ -72,6 +72,9 @@ pub enum Error {
         /// The git engine's error.
         source: Box<crate::workspace::Error>,
     },
+    /// The local forge could not read or write its files, or lacks what was asked.
+    #[error("local forge: {0}")]
+    Local(String),
     /// A background task died (a bug, not a forge failure).
     #[error("forge task: {0}")]
     Join(String),

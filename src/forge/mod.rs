@@ -1,7 +1,8 @@
 //! Forges: where issues, pull requests and comments live (GitHub, or files on disk).
 //!
 //! This module owns the [`Forge`] trait and the forge-neutral types in its signatures, plus the
-//! GitHub implementation ([`github::GitHub`], on octocrab and the REST API). Every type here is
+//! GitHub implementation ([`github::GitHub`], on octocrab and the REST API) and the local one
+//! ([`local::LocalForge`], files on disk). Every type here is
 //! our own: octocrab's and GitHub's JSON shapes stay inside `github.rs`.
 //!
 //! It must not decide anything: who may trigger a run is `trigger`'s business, what a PR body
@@ -11,6 +12,7 @@
 
 mod error;
 pub mod github;
+pub mod local;
 
 use std::fmt;
 
