@@ -337,6 +337,16 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
             task.base = remote_ref;
         }
     }
+    // Continuing a PR's branch that this clone has only as origin/…: start from its tip, so
+    // the run adds to the branch instead of replacing it.
+    if let Some(branch) = &task.branch
+        && !svc.repo.branch_exists(branch)
+    {
+        let remote_ref = format!("origin/{branch}");
+        if svc.repo.resolve(&remote_ref).is_ok() {
+            task.base = remote_ref;
+        }
+    }
 
     let comment = |record: Option<RunRecord>,
                    pr_url: Option<String>,

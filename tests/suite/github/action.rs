@@ -50,26 +50,31 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The `issues.labeled` example of `@octokit/webhooks-examples`, adjusted: the label is the
-/// trigger label and the default branch is the fixture's.
-fn labeled_event() -> Value {
+/// The `NAME.ACTION` example of `@octokit/webhooks-examples`, on the fixture's default branch.
+fn example(name: &str, action: &str) -> Value {
     let path = npm_dir().join("@octokit/webhooks-examples/api.github.com/index.json");
     let list: Vec<Value> = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let mut event = list
         .iter()
-        .find(|e| e["name"] == "issues")
+        .find(|e| e["name"] == name)
         .and_then(|e| {
             e["examples"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|x| x["action"] == "labeled")
+                .find(|x| x["action"] == action)
         })
-        .expect("an issues.labeled example")
+        .unwrap_or_else(|| panic!("no {name}.{action} example"))
         .clone();
     assert_eq!(event["repository"]["full_name"], REPO);
-    event["label"]["name"] = json!("agent");
     event["repository"]["default_branch"] = json!("main");
+    event
+}
+
+/// `issues.labeled`, adjusted: the label is the trigger label.
+fn labeled_event() -> Value {
+    let mut event = example("issues", "labeled");
+    event["label"]["name"] = json!("agent");
     event
 }
 
@@ -89,10 +94,15 @@ fn script_lines() -> Vec<Value> {
 /// of it, the event file, the script and a private config home.
 struct Runner {
     tmp: tempfile::TempDir,
+    event_name: &'static str,
 }
 
 impl Runner {
     fn new() -> Self {
+        Self::with_event("issues", &labeled_event())
+    }
+
+    fn with_event(event_name: &'static str, event: &Value) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let seed = tmp.path().join("seed");
         copy_dir(
@@ -118,8 +128,8 @@ impl Runner {
         std::fs::create_dir_all(tmp.path().join("config/git-agent")).unwrap();
         let script: String = script_lines().iter().map(|l| format!("{l}\n")).collect();
         std::fs::write(tmp.path().join("script.jsonl"), script).unwrap();
-        std::fs::write(tmp.path().join("event.json"), labeled_event().to_string()).unwrap();
-        Runner { tmp }
+        std::fs::write(tmp.path().join("event.json"), event.to_string()).unwrap();
+        Runner { tmp, event_name }
     }
 
     fn remote(&self) -> PathBuf {
@@ -148,7 +158,7 @@ impl Runner {
             .env("HOME", std::env::var("HOME").unwrap())
             .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
             .env("GITHUB_ACTIONS", "true")
-            .env("GITHUB_EVENT_NAME", "issues")
+            .env("GITHUB_EVENT_NAME", self.event_name)
             .env("GITHUB_EVENT_PATH", self.tmp.path().join("event.json"))
             .env("GITHUB_REPOSITORY", REPO)
             .env("GITHUB_API_URL", fake.api_base())
@@ -407,5 +417,68 @@ async fn ignored_event_exits_zero_with_the_reason() {
         "{}",
         run.stderr
     );
+    fake.assert_clean();
+}
+
+/// `/agent fix …` in an issue comment: 👀 on the comment, the request reaches the model's
+/// task, the commit credits the commenter, and the draft PR is opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_fix_comment_gets_eyes_and_a_draft_pr() {
+    let fake: Arc<Fake> = Fake::start("").await;
+    let mut event = example("issue_comment", "created");
+    let number = event["issue"]["number"].as_u64().unwrap();
+    let sender = event["sender"]["login"].as_str().unwrap().to_string();
+    event["comment"]["body"] = json!("/agent fix make add add");
+    event["comment"]["user"] = event["sender"].clone();
+    event["issue"]
+        .as_object_mut()
+        .unwrap()
+        .remove("pull_request");
+    let comment_id = event["comment"]["id"].as_u64().unwrap();
+    fake.grant(&sender, "write", "write");
+    fake.add_issue(
+        number,
+        "add returns the difference",
+        "`add(2, 3)` is -1.",
+        &sender,
+        false,
+    );
+    let runner = Runner::with_event("issue_comment", &event);
+    let work = runner.checkout("work");
+    let run = runner.action(&fake, &work, "1").await;
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert_eq!(run.outputs["state"], "succeeded");
+    let reactions = fake.world().reactions.clone();
+    assert_eq!(
+        reactions,
+        vec![(
+            format!("/repos/{REPO}/issues/comments/{comment_id}/reactions"),
+            "eyes".to_string()
+        )]
+    );
+    let pulls = fake.world().pulls.clone();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(
+        run.outputs["pr-url"],
+        pulls[0]["html_url"].as_str().unwrap()
+    );
+    let branch = pulls[0]["head"]["ref"].as_str().unwrap();
+    let msg = git(&runner.remote(), &["log", "-1", "--format=%B", branch]);
+    assert!(
+        msg.contains(&format!("Co-authored-by: {sender} <")),
+        "the commenter is credited: {msg}"
+    );
+    let record = git(
+        &runner.remote(),
+        &[
+            "show",
+            &format!("refs/agent/runs/{}:record.json", run.outputs["run-id"]),
+        ],
+    );
+    assert!(
+        record.contains("make add add"),
+        "the request reaches the task"
+    );
+    assert_eq!(progress_comments(&fake, number).len(), 1);
     fake.assert_clean();
 }
