@@ -148,6 +148,16 @@ impl Runner {
     /// Run `git-agent action` in `workspace` against the fake; returns exit code, stdout,
     /// stderr, outputs and step summary.
     async fn action(&self, fake: &Fake, workspace: &Path, tag: &str) -> ActionRun {
+        self.action_with(fake, workspace, tag, &[]).await
+    }
+
+    async fn action_with(
+        &self,
+        fake: &Fake,
+        workspace: &Path,
+        tag: &str,
+        envs: &[(&str, &str)],
+    ) -> ActionRun {
         let output = self.tmp.path().join(format!("output-{tag}"));
         let summary = self.tmp.path().join(format!("summary-{tag}"));
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_git-agent"))
@@ -178,6 +188,7 @@ impl Runner {
                 ),
             )
             .env("INPUT_MAX-USD", "2")
+            .envs(envs.iter().copied())
             .output()
             .await
             .unwrap();
@@ -480,5 +491,82 @@ async fn agent_fix_comment_gets_eyes_and_a_draft_pr() {
         "the request reaches the task"
     );
     assert_eq!(progress_comments(&fake, number).len(), 1);
+    fake.assert_clean();
+}
+
+fn issue_world(fake: &Fake) {
+    fake.grant("Codertocat", "admin", "admin");
+    fake.add_issue(
+        1,
+        "add returns the difference",
+        "`add(2, 3)` should be 5.",
+        "Codertocat",
+        false,
+    );
+}
+
+/// The run id announced in the only progress comment of issue 1.
+fn announced_run(fake: &Fake) -> String {
+    let comments = progress_comments(fake, 1);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    let body = comments[0]["body"].as_str().unwrap();
+    git_agent::forge::progress_run_id(body).unwrap().to_string()
+}
+
+/// kill -9 after the plan, then the job is re-run: in the same checkout the run resumes
+/// (the scripted model continues where it stopped); on a fresh runner, where nothing was
+/// pushed, it starts again under the announced id. Either way: one PR, one comment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_job_rerun_makes_one_pr_and_one_comment() {
+    // Same checkout: resume.
+    let fake: Arc<Fake> = Fake::start("").await;
+    issue_world(&fake);
+    let runner = Runner::new();
+    let work = runner.checkout("work");
+    let killed = runner
+        .action_with(
+            &fake,
+            &work,
+            "1",
+            &[("GIT_AGENT_TEST_KILL_AT", "after-plan")],
+        )
+        .await;
+    assert_eq!(killed.code, None, "killed by SIGKILL: {killed:#?}");
+    let announced = announced_run(&fake);
+    assert!(fake.world().pulls.is_empty());
+    let again = runner.action(&fake, &work, "2").await;
+    assert_eq!(again.code, Some(0), "{again:#?}");
+    assert_eq!(again.outputs["run-id"], announced);
+    assert_eq!(again.outputs["state"], "succeeded");
+    assert_eq!(fake.world().pulls.len(), 1);
+    assert_eq!(announced_run(&fake), announced);
+    let body = progress_comments(&fake, 1)[0]["body"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(body.contains("✅ succeeded"), "{body}");
+    fake.assert_clean();
+
+    // Fresh runner: the record never reached the remote; the announced id is reused.
+    let fake: Arc<Fake> = Fake::start("").await;
+    issue_world(&fake);
+    let runner = Runner::new();
+    let work = runner.checkout("work");
+    let killed = runner
+        .action_with(
+            &fake,
+            &work,
+            "1",
+            &[("GIT_AGENT_TEST_KILL_AT", "after-plan")],
+        )
+        .await;
+    assert_eq!(killed.code, None, "{killed:#?}");
+    let announced = announced_run(&fake);
+    let fresh = runner.checkout("fresh");
+    let again = runner.action(&fake, &fresh, "2").await;
+    assert_eq!(again.code, Some(0), "{again:#?}");
+    assert_eq!(again.outputs["run-id"], announced);
+    assert_eq!(fake.world().pulls.len(), 1);
+    assert_eq!(announced_run(&fake), announced);
     fake.assert_clean();
 }
