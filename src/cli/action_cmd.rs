@@ -233,9 +233,21 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
             report.summary(&format!("git-agent: event ignored — {reason}"))?;
             return Ok(exit::SUCCEEDED);
         }
-        Outcome::Stop(_) | Outcome::Approve { .. } | Outcome::Retry(_) => {
-            let reason = "`/agent stop`, `/agent approve` and `/agent retry` are handled by the \
-                          GitHub App (`git agent serve`), not by the Action";
+        Outcome::Approve { control, run } => {
+            return approve(
+                &rt,
+                &args,
+                repo,
+                cfg,
+                forge.as_ref(),
+                &report,
+                control,
+                run.as_deref(),
+            );
+        }
+        Outcome::Stop(_) | Outcome::Retry(_) => {
+            let reason = "`/agent stop` and `/agent retry` are handled by the GitHub App \
+                          (`git agent serve`), not by the Action";
             println!("ignored: {reason}");
             report.outputs("", "", "ignored")?;
             report.summary(&format!("git-agent: {reason}"))?;
@@ -252,11 +264,7 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
     let Some(repository) = repository else {
         bail!("no repository: GITHUB_REPOSITORY is unset and the event names none");
     };
-    let remote = format!(
-        "{}/{}.git",
-        args.server_url.trim_end_matches('/'),
-        repository
-    );
+    let remote = remote_of(&args, &repository);
     // A run of the same request (a re-run job) continues with its models and spend.
     let existing = rt.block_on(publish::find_run(
         &repo,
@@ -285,7 +293,26 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         model_flags: models.clone(),
         ..StartOptions::default()
     };
-    let published = match rt.block_on(publish::publish(&svc, forge.as_ref(), req)) {
+    finish(&rt, &svc, forge.as_ref(), req, &report)
+}
+
+fn remote_of(args: &ActionArgs, repository: &str) -> String {
+    format!(
+        "{}/{}.git",
+        args.server_url.trim_end_matches('/'),
+        repository
+    )
+}
+
+/// Publish, then write the outputs, the summary and the result lines.
+fn finish(
+    rt: &tokio::runtime::Runtime,
+    svc: &crate::run::engine::Services,
+    forge: &dyn Forge,
+    req: PublishRequest,
+    report: &Report,
+) -> anyhow::Result<u8> {
+    let published = match rt.block_on(publish::publish(svc, forge, req)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -306,6 +333,68 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         println!("  comment {c}");
     }
     Ok(exit_code(published.state))
+}
+
+/// `/agent approve [RUN]`: continue the conversation's run that awaits approval, approved by
+/// the commenter (whose permission the trigger checked).
+#[allow(clippy::too_many_arguments)]
+fn approve(
+    rt: &tokio::runtime::Runtime,
+    args: &ActionArgs,
+    repo: Repo,
+    cfg: crate::config::Config,
+    forge: &dyn Forge,
+    report: &Report,
+    control: trigger::Control,
+    run: Option<&str>,
+) -> anyhow::Result<u8> {
+    let repository = args
+        .repository
+        .clone()
+        .unwrap_or_else(|| control.repo.to_string());
+    let remote = remote_of(args, &repository);
+    let record = rt.block_on(publish::run_in_conversation(
+        &repo,
+        forge,
+        &control.repo,
+        control.number,
+        run,
+        &remote,
+    ))?;
+    let ignore = |reason: String| -> anyhow::Result<u8> {
+        println!("ignored: {reason}");
+        report.outputs("", "", "ignored")?;
+        report.summary(&format!("git-agent: {reason}"))?;
+        Ok(exit::SUCCEEDED)
+    };
+    let Some(record) = record else {
+        return ignore(format!(
+            "no agent run{} on #{} to approve",
+            run.map(|r| format!(" {r}")).unwrap_or_default(),
+            control.number
+        ));
+    };
+    if record.state != RunState::AwaitingApproval {
+        return ignore(format!(
+            "run {} is {}, not awaiting approval",
+            record.run_id, record.state
+        ));
+    }
+    let mut models = model_flags();
+    if models.is_empty() {
+        models = record.model_flags.clone();
+    }
+    let svc = super::fix_cmd::services(
+        repo,
+        cfg,
+        &models,
+        None,
+        Some(publish::resume_state(&record)),
+        false,
+    )?;
+    let mut req = PublishRequest::new(record.task.clone(), Some(control.comment), remote);
+    req.approve = Some(control.requested_by.login.clone());
+    finish(rt, &svc, forge, req, report)
 }
 
 #[cfg(test)]

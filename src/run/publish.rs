@@ -59,6 +59,9 @@ pub struct PublishRequest {
     /// How often the progress comment is brought up to date while the run works
     /// (`None`: only at the start and the end).
     pub progress_every: Option<Duration>,
+    /// `Some(login)`: approve the pending request of the run found for this task (it must be
+    /// awaiting approval), on behalf of `login`, then continue it (`/agent approve`).
+    pub approve: Option<String>,
 }
 
 impl PublishRequest {
@@ -71,6 +74,7 @@ impl PublishRequest {
             remote: remote.into(),
             start: StartOptions::default(),
             progress_every: Some(Duration::from_secs(20)),
+            approve: None,
         }
     }
 }
@@ -208,6 +212,47 @@ pub async fn find_run(
     Ok(Some(Existing { run_id, record }))
 }
 
+/// The record of the newest run announced in the conversation `number` by a bot progress
+/// comment, or of the run `run_id` when given (which must belong to that conversation); read
+/// locally, else fetched from `remote`. For `/agent approve [RUN]`.
+pub async fn run_in_conversation(
+    repo: &Repo,
+    forge: &dyn Forge,
+    repo_ref: &RepoRef,
+    number: u64,
+    run_id: Option<&str>,
+    remote: &str,
+) -> Result<Option<RunRecord>> {
+    let issue = forge
+        .issue(repo_ref, number)
+        .await
+        .map_err(forge_err(format!("reading {repo_ref}#{number}")))?;
+    let announced: Vec<String> = issue
+        .comments
+        .iter()
+        .rev()
+        .filter(|c| c.author.is_bot)
+        .filter_map(|c| progress_run_id(&c.body).map(str::to_string))
+        .collect();
+    let Some(id) = (match run_id {
+        Some(want) => announced.into_iter().find(|id| id == want),
+        None => announced.into_iter().next(),
+    }) else {
+        return Ok(None);
+    };
+    let dir = repo.run_dir(&id);
+    if let Ok(rec) = RunRecord::load(&dir) {
+        return Ok(Some(rec));
+    }
+    forge
+        .fetch_run_record(repo.clone(), remote, &id)
+        .await
+        .map_err(forge_err(format!("fetching the record of run {id}")))?;
+    let dir = repo.restore_run_record(&id)?;
+    let rec = RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record in", &dir, e))?;
+    Ok(Some(rec))
+}
+
 /// What a router needs to continue `rec`: its spend, time and the roles already called (a
 /// scripted model skips the replies those calls consumed).
 pub fn resume_state(rec: &RunRecord) -> ResumeState {
@@ -309,6 +354,7 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
         remote,
         start,
         progress_every,
+        approve,
     } = req;
     let convo = conversation(&task);
     let budget_usd = svc.config.settings.budget.max_usd;
@@ -319,6 +365,12 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
     }
     let existing = find_run(&svc.repo, forge, &task, &remote).await?;
     let resumed = existing.as_ref().is_some_and(|e| e.record.is_some());
+    if approve.is_some() && !resumed {
+        return Err(Error::Invalid(format!(
+            "no run of {} to approve (its record is neither here nor on the remote)",
+            task.key
+        )));
+    }
     let run_id = existing
         .as_ref()
         .map(|e| e.run_id.clone())
@@ -389,7 +441,8 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
     let dir = svc.repo.run_dir(&run_id);
     let engine_run = async {
         if resumed {
-            engine::resume(svc, &run_id, false, "").await
+            let by = approve.as_deref().unwrap_or("");
+            engine::resume(svc, &run_id, approve.is_some(), by).await
         } else {
             let opts = StartOptions {
                 run_id: Some(run_id.clone()),

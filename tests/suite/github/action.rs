@@ -132,6 +132,23 @@ impl Runner {
         Runner { tmp, event_name }
     }
 
+    /// Replace the scripted model's replies.
+    fn script(&self, lines: &[Value]) {
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(self.tmp.path().join("script.jsonl"), text).unwrap();
+    }
+
+    /// Write the user configuration (`$XDG_CONFIG_HOME/git-agent/config.toml`).
+    fn user_config(&self, text: &str) {
+        std::fs::write(self.tmp.path().join("config/git-agent/config.toml"), text).unwrap();
+    }
+
+    /// Replace the event.
+    fn event(&mut self, name: &'static str, event: &Value) {
+        self.event_name = name;
+        std::fs::write(self.tmp.path().join("event.json"), event.to_string()).unwrap();
+    }
+
     fn remote(&self) -> PathBuf {
         self.tmp.path().join("server/Codertocat/Hello-World.git")
     }
@@ -568,5 +585,69 @@ async fn killed_job_rerun_makes_one_pr_and_one_comment() {
     assert_eq!(again.outputs["run-id"], announced);
     assert_eq!(fake.world().pulls.len(), 1);
     assert_eq!(announced_run(&fake), announced);
+    fake.assert_clean();
+}
+
+/// A policy `ask` pauses the run (exit 4, no PR, the comment says so); `/agent approve` in
+/// the issue, handled by a job on a fresh runner, fetches the run's record, approves and
+/// finishes it: the same run, one PR, one comment, 👀 on the approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_approve_continues_the_paused_run_on_a_fresh_runner() {
+    let fake: Arc<Fake> = Fake::start("").await;
+    issue_world(&fake);
+    let mut runner = Runner::new();
+    runner.user_config("[[policy.commands]]\nprefix = [\"touch\"]\ndecision = \"ask\"\n");
+    runner.script(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["src/lib.rs", "approved.txt"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": "touch approved.txt"}}]}),
+        script_lines()[1].clone(),
+        script_lines()[2].clone(),
+    ]);
+    let work = runner.checkout("work");
+    let paused = runner.action(&fake, &work, "1").await;
+    assert_eq!(paused.code, Some(4), "{paused:#?}");
+    assert_eq!(paused.outputs["state"], "awaiting_approval");
+    assert_eq!(paused.outputs["pr-url"], "");
+    assert!(fake.world().pulls.is_empty());
+    let run_id = announced_run(&fake);
+    assert_eq!(paused.outputs["run-id"], run_id);
+    let body = progress_comments(&fake, 1)[0]["body"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(body.contains("✋ awaiting approval"), "{body}");
+    assert!(body.contains("touch approved.txt"), "{body}");
+
+    let mut event = example("issue_comment", "created");
+    event["comment"]["body"] = json!("/agent approve");
+    event["comment"]["user"] = event["sender"].clone();
+    event["issue"]["number"] = json!(1);
+    event["issue"]
+        .as_object_mut()
+        .unwrap()
+        .remove("pull_request");
+    let comment_id = event["comment"]["id"].as_u64().unwrap();
+    runner.event("issue_comment", &event);
+    let fresh = runner.checkout("fresh");
+    let approved = runner.action(&fake, &fresh, "2").await;
+    assert_eq!(approved.code, Some(0), "{approved:#?}");
+    assert_eq!(approved.outputs["run-id"], run_id);
+    assert_eq!(approved.outputs["state"], "succeeded");
+    let pulls = fake.world().pulls.clone();
+    assert_eq!(pulls.len(), 1);
+    let branch = pulls[0]["head"]["ref"].as_str().unwrap();
+    let files = git(
+        &runner.remote(),
+        &["show", "--name-only", "--format=", branch],
+    );
+    assert!(
+        files.contains("approved.txt"),
+        "the approved command ran: {files}"
+    );
+    assert_eq!(announced_run(&fake), run_id);
+    assert!(fake.world().reactions.iter().any(|(path, c)| {
+        path.ends_with(&format!("/issues/comments/{comment_id}/reactions")) && c == "eyes"
+    }));
     fake.assert_clean();
 }
