@@ -330,6 +330,9 @@ fn progress_body(v: &ProgressView<'_>) -> String {
             }
         }
     }
+    if state == RunState::AwaitingApproval {
+        out.push_str("\nReply `/agent approve` to let the run continue.\n");
+    }
     if let Some(url) = v.pr_url {
         out.push_str(&format!("\nDraft pull request: {url}\n"));
     }
