@@ -651,3 +651,71 @@ async fn agent_approve_continues_the_paused_run_on_a_fresh_runner() {
     }));
     fake.assert_clean();
 }
+
+/// CI failed on the agent's PR: the job continues the PR's branch, which the runner's
+/// checkout has only as `origin/agent/…`; the new commit goes on top of it (a fast-forward
+/// push) and the existing PR is updated, not a second one opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_failure_on_the_agent_pr_adds_to_its_branch() {
+    let fake: Arc<Fake> = Fake::start("").await;
+    let mut runner = Runner::new();
+    // The agent's earlier work: a branch on the remote with one commit, and its PR.
+    let earlier = runner.checkout("earlier");
+    git(&earlier, &["checkout", "-q", "-b", "agent/1-add"]);
+    std::fs::write(earlier.join("NOTES.md"), "work in progress\n").unwrap();
+    git(&earlier, &["add", "NOTES.md"]);
+    git(&earlier, &["commit", "-qm", "agent: earlier step"]);
+    git(&earlier, &["push", "-q", "origin", "agent/1-add"]);
+    let old_tip = git(&earlier, &["rev-parse", "HEAD"]).trim().to_string();
+    fake.add_pull(2, "agent/1-add", "main", REPO);
+    fake.add_issue(2, "agent: add", "earlier report", "git-agent[bot]", true);
+    let mut event = example("workflow_run", "completed");
+    let run_id = event["workflow_run"]["id"].as_u64().unwrap();
+    event["workflow_run"]["conclusion"] = json!("failure");
+    event["workflow_run"]["head_branch"] = json!("agent/1-add");
+    event["workflow_run"]["head_sha"] = json!(old_tip);
+    event["workflow_run"]["head_repository"]["full_name"] = json!(REPO);
+    event["workflow_run"]["pull_requests"] = json!([]);
+    fake.world().jobs.insert(
+        run_id,
+        vec![json!({"id": 77, "name": "test", "conclusion": "failure",
+                    "steps": [{"name": "cargo test", "conclusion": "failure"}]})],
+    );
+    fake.world().logs.insert(
+        77,
+        "running 1 test\ntest adds_two_numbers ... FAILED\nassertion `left == right` failed\n  left: -1\n right: 5\n"
+            .into(),
+    );
+    runner.event("workflow_run", &event);
+    let work = runner.checkout("work");
+    let run = runner.action(&fake, &work, "1").await;
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert_eq!(run.outputs["state"], "succeeded");
+    let new_tip = git(&runner.remote(), &["rev-parse", "agent/1-add"])
+        .trim()
+        .to_string();
+    assert_ne!(new_tip, old_tip);
+    git(
+        &runner.remote(),
+        &["merge-base", "--is-ancestor", &old_tip, &new_tip],
+    );
+    let notes = git(&runner.remote(), &["show", "agent/1-add:NOTES.md"]);
+    assert_eq!(notes, "work in progress\n", "the earlier work is kept");
+    let pulls = fake.world().pulls.clone();
+    assert_eq!(pulls.len(), 1, "the PR is updated, not opened again");
+    assert!(!fake.requests("PATCH", "/pulls/2").is_empty());
+    assert!(pulls[0]["body"].as_str().unwrap().contains("For #2"));
+    assert_eq!(progress_comments(&fake, 2).len(), 1);
+    let record = git(
+        &runner.remote(),
+        &[
+            "show",
+            &format!("refs/agent/runs/{}:record.json", run.outputs["run-id"]),
+        ],
+    );
+    assert!(
+        record.contains("adds_two_numbers ... FAILED"),
+        "the CI log reaches the task"
+    );
+    fake.assert_clean();
+}
