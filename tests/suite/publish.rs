@@ -240,3 +240,137 @@ async fn plan_only_run_reports_in_the_comment() {
     );
     assert!(body.contains("Make add add"), "{body}");
 }
+
+/// The local forge, recording every progress comment body it is asked to write.
+struct Recording {
+    inner: LocalForge,
+    bodies: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Forge for Recording {
+    async fn issue(
+        &self,
+        r: &RepoRef,
+        n: u64,
+    ) -> git_agent::forge::Result<git_agent::forge::Issue> {
+        self.inner.issue(r, n).await
+    }
+    async fn pull_request(
+        &self,
+        r: &RepoRef,
+        n: u64,
+    ) -> git_agent::forge::Result<git_agent::forge::PullRequest> {
+        self.inner.pull_request(r, n).await
+    }
+    async fn pull_request_for_branch(
+        &self,
+        r: &RepoRef,
+        b: &str,
+    ) -> git_agent::forge::Result<Option<git_agent::forge::PullRequest>> {
+        self.inner.pull_request_for_branch(r, b).await
+    }
+    async fn push(
+        &self,
+        local: Repo,
+        remote: &str,
+        refs: &[String],
+        prefix: &str,
+    ) -> git_agent::forge::Result<()> {
+        self.inner.push(local, remote, refs, prefix).await
+    }
+    async fn open_draft_pr(
+        &self,
+        r: &RepoRef,
+        req: &git_agent::forge::PrRequest,
+    ) -> git_agent::forge::Result<git_agent::forge::PullRequest> {
+        self.inner.open_draft_pr(r, req).await
+    }
+    async fn upsert_progress(
+        &self,
+        r: &RepoRef,
+        n: u64,
+        run: &str,
+        body: &str,
+    ) -> git_agent::forge::Result<git_agent::forge::CommentRef> {
+        self.bodies.lock().unwrap().push(body.to_string());
+        self.inner.upsert_progress(r, n, run, body).await
+    }
+    async fn react_eyes(
+        &self,
+        r: &RepoRef,
+        t: git_agent::forge::CommentTarget,
+    ) -> git_agent::forge::Result<()> {
+        self.inner.react_eyes(r, t).await
+    }
+    async fn permission(
+        &self,
+        r: &RepoRef,
+        login: &str,
+    ) -> git_agent::forge::Result<git_agent::forge::Permission> {
+        self.inner.permission(r, login).await
+    }
+    async fn failed_jobs(
+        &self,
+        r: &RepoRef,
+        id: u64,
+    ) -> git_agent::forge::Result<Vec<git_agent::forge::FailedJob>> {
+        self.inner.failed_jobs(r, id).await
+    }
+    async fn failed_workflow_runs(
+        &self,
+        r: &RepoRef,
+        b: &str,
+    ) -> git_agent::forge::Result<Vec<git_agent::forge::WorkflowRun>> {
+        self.inner.failed_workflow_runs(r, b).await
+    }
+    async fn job_log(&self, r: &RepoRef, id: u64) -> git_agent::forge::Result<String> {
+        self.inner.job_log(r, id).await
+    }
+}
+
+/// While the run works, the progress comment follows its state (here polled every 10 ms):
+/// queued first, the baseline test run seen as `analyzing`, succeeded last.
+#[tokio::test]
+async fn progress_comment_follows_the_run() {
+    let world = World::new(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["src/lib.rs"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
+            "path": "src/lib.rs",
+            "old_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "new_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a + b"}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]}),
+    ]);
+    let svc = world.services();
+    let forge = Recording {
+        inner: world.forge(&svc),
+        bodies: std::sync::Mutex::new(Vec::new()),
+    };
+    let remote = world.path("remote.git").display().to_string();
+    let t = task(&forge, Mode::Fix).await;
+    let mut req = PublishRequest::new(t, None, &remote);
+    req.progress_every = Some(std::time::Duration::from_millis(10));
+    let out = publish(&svc, &forge, req).await.unwrap();
+    assert_eq!(out.state, RunState::Succeeded);
+    let bodies = forge.bodies.lock().unwrap().clone();
+    let states: Vec<&str> = bodies
+        .iter()
+        .map(|b| {
+            b.lines()
+                .nth(1)
+                .unwrap_or("")
+                .rsplit(" — ")
+                .next()
+                .unwrap_or("")
+        })
+        .collect();
+    eprintln!("progress states: {states:?}");
+    assert_eq!(states.first(), Some(&"⏳ queued"), "{states:?}");
+    assert_eq!(states.last(), Some(&"✅ succeeded"), "{states:?}");
+    assert!(
+        states.contains(&"🔎 analyzing the repository"),
+        "{states:?}"
+    );
+    assert_eq!(forge.issue(&repo_ref(), 7).await.unwrap().comments.len(), 1);
+}
