@@ -150,6 +150,13 @@ fn local_run(repo: &Repo, key: &str) -> Option<RunRecord> {
         .max_by(|a, b| a.created_at.cmp(&b.created_at))
 }
 
+/// The run id a progress comment announces, if it is one we could have made (a ULID): an id
+/// from a comment is never used as a path or branch name unchecked.
+fn announced_id(body: &str) -> Option<String> {
+    let id = progress_run_id(body)?;
+    ulid::Ulid::from_string(id).ok().map(|u| u.to_string())
+}
+
 /// Find an earlier run of the same request (same non-empty [`Task::key`]).
 ///
 /// Looks at the local run records first (a worker on the same machine), then at the bot
@@ -184,7 +191,7 @@ pub async fn find_run(
         .iter()
         .rev()
         .filter(|c| c.author.is_bot && c.body.contains(&marker))
-        .find_map(|c| progress_run_id(&c.body).map(str::to_string))
+        .find_map(|c| announced_id(&c.body))
     else {
         return Ok(None);
     };
@@ -232,7 +239,7 @@ pub async fn run_in_conversation(
         .iter()
         .rev()
         .filter(|c| c.author.is_bot)
-        .filter_map(|c| progress_run_id(&c.body).map(str::to_string))
+        .filter_map(|c| announced_id(&c.body))
         .collect();
     let Some(id) = (match run_id {
         Some(want) => announced.into_iter().find(|id| id == want),
@@ -601,6 +608,15 @@ mod tests {
         assert!(!m.contains("Hello-World"));
         // A key that tries to close the comment cannot.
         assert_eq!(key_marker("x --> y").matches("-->").count(), 1);
+    }
+
+    #[test]
+    fn only_ulids_are_taken_from_comments() {
+        let id = ulid::Ulid::generate().to_string();
+        let body = format!("{}\nx", crate::forge::progress_marker(&id));
+        assert_eq!(announced_id(&body), Some(id));
+        let body = format!("{}\nx", crate::forge::progress_marker("main"));
+        assert_eq!(announced_id(&body), None);
     }
 
     #[test]
