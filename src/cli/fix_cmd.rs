@@ -127,8 +127,8 @@ fn who() -> Person {
     }
 }
 
-/// Everything `fix` and `resume` share: services over the resolved config.
-fn services(
+/// Everything `fix`, `resume` and `action` share: services over the resolved config.
+pub(super) fn services(
     repo: Repo,
     cfg: Config,
     models: &[String],
@@ -176,7 +176,7 @@ fn services(
 
 /// Where progress goes: a live status line on a terminal, plain lines otherwise, nothing
 /// when stdout carries JSON and stderr is not a terminal.
-struct Progress {
+pub(super) struct Progress {
     callback: Arc<dyn Fn(&RunEvent) + Send + Sync>,
     bar: Option<indicatif::ProgressBar>,
 }
@@ -227,7 +227,7 @@ fn event_line(e: &RunEvent) -> Option<String> {
     })
 }
 
-fn progress_printer(json: bool) -> Progress {
+pub(super) fn progress_printer(json: bool) -> Progress {
     let tty = std::io::stderr().is_terminal();
     if !tty {
         return Progress {
@@ -361,6 +361,7 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
         test_command: args.test_cmd.clone(),
         model_flags: args.models.clone(),
         sandbox: args.sandbox.clone(),
+        run_id: None,
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let outcome = rt.block_on(engine::start(&svc, task, opts));

@@ -65,8 +65,11 @@ pub enum Command {
     Map(map_cmd::Args),
     /// Rank the files most relevant to a goal, issue text or CI log.
     Locate(locate_cmd::Args),
+    /// Run inside GitHub Actions: the event becomes a run, a branch and a draft PR.
+    Action(action_cmd::ActionArgs),
 }
 
+mod action_cmd;
 mod config_cmd;
 pub mod context;
 mod demo_cmd;
@@ -100,6 +103,7 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => demo_cmd::run(args),
         Command::Map(args) => map_cmd::run(args),
         Command::Locate(args) => locate_cmd::run(args),
+        Command::Action(args) => action_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -64,6 +64,17 @@ pub enum Error {
         /// The git engine's error.
         source: crate::workspace::Error,
     },
+    /// Fetching a run record failed.
+    #[error("fetch of {what}: {source}")]
+    Fetch {
+        /// The ref and the remote.
+        what: String,
+        /// The git engine's error.
+        source: Box<crate::workspace::Error>,
+    },
+    /// The local forge could not read or write its files, or lacks what was asked.
+    #[error("local forge: {0}")]
+    Local(String),
     /// A background task died (a bug, not a forge failure).
     #[error("forge task: {0}")]
     Join(String),

@@ -744,6 +744,11 @@ impl Forge for GitHub {
             })
     }
 
+    async fn fetch_run_record(&self, local: Repo, remote: &str, run_id: &str) -> Result<()> {
+        let creds = Credentials::Token(self.git_token().await?);
+        super::fetch_record(local, remote, run_id, Some(creds)).await
+    }
+
     async fn open_draft_pr(&self, repo: &RepoRef, req: &PrRequest) -> Result<PullRequest> {
         if let Some(existing) = self.pull_request_for_branch(repo, &req.head).await? {
             return self.update_pr(repo, existing.number, req).await;

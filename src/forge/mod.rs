@@ -1,7 +1,8 @@
 //! Forges: where issues, pull requests and comments live (GitHub, or files on disk).
 //!
 //! This module owns the [`Forge`] trait and the forge-neutral types in its signatures, plus the
-//! GitHub implementation ([`github::GitHub`], on octocrab and the REST API). Every type here is
+//! GitHub implementation ([`github::GitHub`], on octocrab and the REST API) and the local one
+//! ([`local::LocalForge`], files on disk). Every type here is
 //! our own: octocrab's and GitHub's JSON shapes stay inside `github.rs`.
 //!
 //! It must not decide anything: who may trigger a run is `trigger`'s business, what a PR body
@@ -11,6 +12,7 @@
 
 mod error;
 pub mod github;
+pub mod local;
 
 use std::fmt;
 
@@ -218,6 +220,23 @@ pub fn progress_run_id(body: &str) -> Option<&str> {
     .then_some(id)
 }
 
+/// Fetch a run record's ref off the async threads (git runs as a process).
+pub(crate) async fn fetch_record(
+    local: Repo,
+    remote: &str,
+    run_id: &str,
+    creds: Option<crate::workspace::Credentials>,
+) -> Result<()> {
+    let (remote_owned, id) = (remote.to_string(), run_id.to_string());
+    tokio::task::spawn_blocking(move || local.fetch_run_record(&remote_owned, &id, creds.as_ref()))
+        .await
+        .map_err(|e| Error::Join(e.to_string()))?
+        .map_err(|source| Error::Fetch {
+            what: format!("run record {run_id} from {remote}"),
+            source: Box::new(source),
+        })
+}
+
 /// A place where issues, pull requests and comments live.
 ///
 /// Object-safe: the run and the triggers hold it as `Arc<dyn Forge>`. Every write is
@@ -247,6 +266,14 @@ pub trait Forge: Send + Sync {
         refs: &[String],
         branch_prefix: &str,
     ) -> Result<()>;
+
+    /// Fetch `refs/agent/runs/<run_id>` from `remote` into `local`, with the forge's
+    /// credentials, so a run started by another process (an earlier Actions job) can be
+    /// resumed or republished. The default fetches without credentials (a local path, a
+    /// public remote).
+    async fn fetch_run_record(&self, local: Repo, remote: &str, run_id: &str) -> Result<()> {
+        fetch_record(local, remote, run_id, None).await
+    }
 
     /// Open a draft PR for `req.head`, or update the open PR that already has that head.
     async fn open_draft_pr(&self, repo: &RepoRef, req: &PrRequest) -> Result<PullRequest>;

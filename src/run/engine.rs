@@ -94,6 +94,9 @@ pub struct StartOptions {
     pub model_flags: Vec<String>,
     /// `--sandbox` flag, kept so `resume` runs commands the same way.
     pub sandbox: Option<String>,
+    /// The run id to use (a fresh ULID when `None`): a front door that announces the run
+    /// before it starts (a progress comment) picks the id first.
+    pub run_id: Option<String>,
 }
 
 /// What a run ended (or paused) with.
@@ -156,7 +159,11 @@ pub fn default_branch(prefix: &str, task: &Task, run_id: &str) -> String {
 
 /// Start a new run of `task`.
 pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Outcome> {
-    let run_id = ulid::Ulid::generate().to_string();
+    let run_id = match &opts.run_id {
+        Some(id) if !id.is_empty() && !id.contains(['/', '\\', '.']) => id.clone(),
+        Some(id) => return Err(Error::Invalid(format!("not a usable run id: {id:?}"))),
+        None => ulid::Ulid::generate().to_string(),
+    };
     let dir = svc.repo.run_dir(&run_id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create", &dir, e))?;
     let branch = opts.branch.clone().unwrap_or_else(|| match &task.branch {

@@ -22,6 +22,14 @@ pub enum Error {
     /// Test-command detection failed.
     #[error(transparent)]
     Verify(#[from] crate::verify::Error),
+    /// The forge failed while the run was being published (comment, push, pull request).
+    #[error("{what}: {source}")]
+    Forge {
+        /// What was being done.
+        what: String,
+        /// The forge's error (boxed: it is large, and rare on the engine's paths).
+        source: Box<crate::forge::Error>,
+    },
     /// A tool hit a harness fault.
     #[error("{0}")]
     Tool(String),

@@ -8,6 +8,7 @@ mod context;
 pub mod engine;
 mod error;
 mod prompt;
+pub mod publish;
 pub mod record;
 pub mod report;
 pub mod state;

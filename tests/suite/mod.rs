@@ -6,6 +6,7 @@ mod exec;
 mod github;
 mod index;
 mod model;
+mod publish;
 mod run;
 mod tools;
 mod verify;

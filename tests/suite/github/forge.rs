@@ -431,12 +431,19 @@ async fn limited(
     (r, start.elapsed())
 }
 
-// These wait in real time: tokio's paused clock needs its `test-util` feature, which would
-// rebuild tokio and everything above it for the test binary. The minute-long secondary
-// back-off of the default policy is checked on `rate_limit_wait` in the unit tests; here a
-// policy with a one-second base checks that the client really waits and doubles.
+// These run on tokio's paused clock (`start_paused`): the client sleeps with
+// `tokio::time::sleep`, so a wait of minutes passes at once and the virtual time that went by
+// is exactly what the client waited. The fake answers on loopback in the same runtime.
 
-#[tokio::test]
+/// Virtual time waited, within a second of `expected` (the loopback round trips take none).
+fn assert_waited(waited: Duration, expected: Duration) {
+    assert!(
+        waited >= expected && waited < expected + Duration::from_secs(1),
+        "waited {waited:?}, expected {expected:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn retry_after_is_waited_out() {
     let fake = Fake::start("").await;
     let (r, waited) = limited(
@@ -446,8 +453,9 @@ async fn retry_after_is_waited_out() {
     )
     .await;
     assert_eq!(r.unwrap(), Permission::Admin);
-    assert!(waited >= Duration::from_secs(7), "{waited:?}");
+    assert_waited(waited, Duration::from_secs(7));
     assert_eq!(fake.requests("GET", "/permission").len(), 2);
+    // A secondary limit that says how long to wait is waited exactly that long, not a minute.
     let (r, waited) = limited(
         &fake,
         RetryPolicy::default(),
@@ -459,20 +467,25 @@ async fn retry_after_is_waited_out() {
     )
     .await;
     assert_eq!(r.unwrap(), Permission::Admin);
-    assert!(waited >= Duration::from_secs(2), "{waited:?}");
+    assert_waited(waited, Duration::from_secs(2));
     fake.assert_clean();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn exhausted_quota_waits_until_reset() {
     let fake = Fake::start("").await;
+    // The reset is wall-clock epoch seconds; the client waits until one second past it.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let reset = now.as_secs() + 3;
+        .unwrap()
+        .as_secs();
+    let reset = now + 1800;
     let (r, waited) = limited(
         &fake,
-        RetryPolicy::default(),
+        RetryPolicy {
+            max_wait: Duration::from_secs(3600),
+            ..RetryPolicy::default()
+        },
         vec![canned(
             403,
             &[
@@ -484,49 +497,68 @@ async fn exhausted_quota_waits_until_reset() {
     )
     .await;
     assert_eq!(r.unwrap(), Permission::Admin);
-    let until_reset = Duration::from_secs(reset) - now;
-    assert!(waited >= until_reset, "{waited:?} < {until_reset:?}");
+    // Between the two clock readings at most a second of wall time passes.
+    assert!(
+        waited >= Duration::from_secs(1800) && waited <= Duration::from_secs(1802),
+        "{waited:?}"
+    );
+    assert_eq!(fake.requests("GET", "/permission").len(), 2);
     fake.assert_clean();
 }
 
-#[tokio::test]
-async fn secondary_limit_backs_off_exponentially() {
+#[tokio::test(start_paused = true)]
+async fn secondary_limit_waits_a_minute_then_backs_off_exponentially() {
     let fake = Fake::start("").await;
     let body = r#"{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}"#;
-    let policy = RetryPolicy {
-        secondary_min: Duration::from_secs(1),
-        ..RetryPolicy::default()
-    };
     let (r, waited) = limited(
         &fake,
-        policy,
-        vec![canned(403, &[], body), canned(403, &[], body)],
+        RetryPolicy::default(),
+        vec![
+            canned(403, &[], body),
+            canned(403, &[], body),
+            canned(429, &[], body),
+        ],
     )
     .await;
     assert_eq!(r.unwrap(), Permission::Admin);
-    assert!(waited >= Duration::from_secs(1 + 2), "{waited:?}");
-    assert!(waited < Duration::from_secs(1 + 2 + 4), "{waited:?}");
-    assert_eq!(fake.requests("GET", "/permission").len(), 3);
+    // 60 s, then 120 s, then 240 s.
+    assert_waited(waited, Duration::from_secs(60 + 120 + 240));
+    assert_eq!(fake.requests("GET", "/permission").len(), 4);
     fake.assert_clean();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limit_retries_are_bounded() {
     let fake = Fake::start("").await;
-    let policy = RetryPolicy {
-        max_attempts: 3,
-        ..RetryPolicy::default()
-    };
+    // Limited on every attempt: the default policy makes 6 requests, waits 5 times, stops.
     let always: Vec<Canned> = (0..20)
-        .map(|_| canned(429, &[("retry-after", "1".into())], "{}"))
+        .map(|_| canned(429, &[("retry-after", "3".into())], "{}"))
         .collect();
-    let (r, _) = limited(&fake, policy, always).await;
+    let (r, waited) = limited(&fake, RetryPolicy::default(), always).await;
     assert!(
-        matches!(r, Err(Error::RateLimited { attempts: 3, .. })),
+        matches!(r, Err(Error::RateLimited { attempts: 6, .. })),
         "{r:?}"
     );
-    assert_eq!(fake.requests("GET", "/permission").len(), 3);
+    assert_eq!(fake.requests("GET", "/permission").len(), 6);
+    assert_waited(waited, Duration::from_secs(5 * 3));
     fake.world().canned.clear();
+    // Secondary back-off doubles up to the longest allowed wait, then gives up rather than
+    // sleeping past it: 60 + 120 + 240 + 480 = 900 s, and 960 s would exceed a 15-minute cap.
+    let body = r#"{"message":"You have exceeded a secondary rate limit."}"#;
+    let (r, waited) = limited(
+        &fake,
+        RetryPolicy {
+            max_attempts: 10,
+            max_wait: Duration::from_secs(15 * 60),
+            ..RetryPolicy::default()
+        },
+        (0..10).map(|_| canned(403, &[], body)).collect(),
+    )
+    .await;
+    assert!(matches!(r, Err(Error::RateLimited { .. })), "{r:?}");
+    assert_waited(waited, Duration::from_secs(60 + 120 + 240 + 480));
+    fake.world().canned.clear();
+    // Asked to wait a day: give up at once instead.
     let (r, waited) = limited(
         &fake,
         RetryPolicy::default(),

@@ -1,0 +1,645 @@
+//! Publishing a run on a forge: the one path from a triggered task to a pushed branch, a draft
+//! pull request and a progress comment, shared by `git agent action` and the webhook bot's
+//! workers so that nothing about it differs between them.
+//!
+//! [`publish`] does, in order:
+//! 1. 👀 on the comment that asked (when one did);
+//! 2. looks for a run of the same request ([`find_run`], by [`Task::key`]): first in the local
+//!    run records, then through the hidden key marker in the forge's progress comments, whose
+//!    run record is fetched from the remote (`refs/agent/runs/<id>`) and restored;
+//! 3. creates (or edits) the run's progress comment, announcing the run id before any work;
+//! 4. runs the engine — [`engine::resume`] when the run exists, else [`engine::start`] under the
+//!    id announced in step 3 — editing the progress comment as the run changes state;
+//! 5. pushes the run branch (when it has commits) and `refs/agent/runs/<id>` to the remote;
+//! 6. opens the draft pull request whose body is the run's full report, or updates the one the
+//!    branch already has;
+//! 7. writes the PR link into the run record, pushes the record again, and edits the progress
+//!    comment to the final state with the link.
+//!
+//! Every step is idempotent, so publishing the same request twice — a redelivered webhook, a
+//! re-run Actions job, a worker that crashed half-way — leaves one branch, one pull request
+//! and one progress comment.
+//!
+//! Cancellation: drop the future (for instance in a `select!` against a shutdown signal). The
+//! engine saves the run after every step, so publishing the same request again resumes it.
+//!
+//! The future is not `Send` (the [`Services`]' repository handle is not `Sync`): run it on a
+//! current-thread runtime, in a `LocalSet`, or inside `spawn_blocking` with its own runtime.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+use super::engine::{self, Services, StartOptions};
+use super::error::{Error, Result};
+use super::record::{PrRef, RunRecord, files, first_line};
+use super::state::RunState;
+use crate::audit::chain::{Appender, Kind};
+use crate::forge::{CommentTarget, Forge, PrRequest, progress_run_id};
+use crate::model::ResumeState;
+use crate::task::{Mode, Origin, RepoRef, Task, strip_hidden_text};
+use crate::tools::StepStatus;
+use crate::workspace::{Repo, run_ref};
+
+/// What to publish: a triggered task and where its branch goes.
+#[derive(Debug, Clone)]
+pub struct PublishRequest {
+    /// The task (from `trigger::Triggered::task`, or built by a front door).
+    pub task: Task,
+    /// The comment to acknowledge with 👀 (`trigger::Triggered::react_to`).
+    pub react_to: Option<CommentTarget>,
+    /// The remote to push to and fetch run records from: a URL
+    /// (`https://github.com/OWNER/REPO.git`) or a path.
+    pub remote: String,
+    /// Branch, test command and the flags recorded for `resume`. Its `run_id` is ignored:
+    /// the id comes from an earlier run of the same request, or is made fresh.
+    pub start: StartOptions,
+    /// How often the progress comment is brought up to date while the run works
+    /// (`None`: only at the start and the end).
+    pub progress_every: Option<Duration>,
+    /// `Some(login)`: approve the pending request of the run found for this task (it must be
+    /// awaiting approval), on behalf of `login`, then continue it (`/agent approve`).
+    pub approve: Option<String>,
+}
+
+impl PublishRequest {
+    /// A request for `task`, pushing to `remote`, with default options and progress every
+    /// 20 seconds.
+    pub fn new(task: Task, react_to: Option<CommentTarget>, remote: impl Into<String>) -> Self {
+        PublishRequest {
+            task,
+            react_to,
+            remote: remote.into(),
+            start: StartOptions::default(),
+            progress_every: Some(Duration::from_secs(20)),
+            approve: None,
+        }
+    }
+}
+
+/// What [`publish`] did.
+#[derive(Debug, Clone)]
+pub struct Published {
+    /// The run id.
+    pub run_id: String,
+    /// The state the run ended (or paused) in.
+    pub state: RunState,
+    /// The draft pull request's address, when the run has commits to propose.
+    pub pr_url: Option<String>,
+    /// The progress comment's address, when the task has a conversation on the forge.
+    pub comment_url: Option<String>,
+    /// The run branch.
+    pub branch: String,
+    /// The full report (the PR body), redacted.
+    pub report: String,
+    /// Whether an earlier run of the same request was continued rather than a new one started.
+    pub resumed: bool,
+    /// The run record as last saved.
+    pub record: RunRecord,
+    /// The run directory.
+    pub run_dir: PathBuf,
+}
+
+/// A run of the same request found by [`find_run`].
+#[derive(Debug, Clone)]
+pub struct Existing {
+    /// Its id.
+    pub run_id: String,
+    /// Its record, when one could be read (locally or from the remote's run-record ref).
+    /// `None` when only its progress comment survives (the process died before pushing):
+    /// the request is started again under the same id, so the comment is reused.
+    pub record: Option<RunRecord>,
+}
+
+/// The hidden marker carrying a request's key in its progress comment: a hash, so no text
+/// of the key can close the HTML comment.
+pub fn key_marker(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    format!("<!-- git-agent:key sha256={} -->", hex::encode(digest))
+}
+
+/// The issue or PR whose conversation a task belongs to.
+fn conversation(task: &Task) -> Option<(RepoRef, u64)> {
+    let number = match &task.origin {
+        Origin::Issue { number, .. }
+        | Origin::PullRequest { number, .. }
+        | Origin::CiFailure { number, .. } => *number,
+        Origin::Cli => return None,
+    };
+    Some((task.repo.clone()?, number))
+}
+
+fn forge_err(what: impl Into<String>) -> impl FnOnce(crate::forge::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Forge {
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// The newest local run record whose task has `key`.
+fn local_run(repo: &Repo, key: &str) -> Option<RunRecord> {
+    let runs = repo.agent_dir().join("runs");
+    let entries = std::fs::read_dir(&runs).ok()?;
+    entries
+        .flatten()
+        .filter_map(|e| RunRecord::load(&e.path()).ok())
+        .filter(|r| r.task.key == key)
+        .max_by(|a, b| a.created_at.cmp(&b.created_at))
+}
+
+/// The run id a progress comment announces, if it is one we could have made (a ULID): an id
+/// from a comment is never used as a path or branch name unchecked.
+fn announced_id(body: &str) -> Option<String> {
+    let id = progress_run_id(body)?;
+    ulid::Ulid::from_string(id).ok().map(|u| u.to_string())
+}
+
+/// Find an earlier run of the same request (same non-empty [`Task::key`]).
+///
+/// Looks at the local run records first (a worker on the same machine), then at the bot
+/// comments of the task's conversation for a progress comment carrying the key's marker
+/// (an earlier Actions job on another runner); that run's record is fetched from `remote`
+/// and restored locally. Comments by people are never believed: anyone can paste a marker.
+pub async fn find_run(
+    repo: &Repo,
+    forge: &dyn Forge,
+    task: &Task,
+    remote: &str,
+) -> Result<Option<Existing>> {
+    if task.key.is_empty() {
+        return Ok(None);
+    }
+    if let Some(rec) = local_run(repo, &task.key) {
+        return Ok(Some(Existing {
+            run_id: rec.run_id.clone(),
+            record: Some(rec),
+        }));
+    }
+    let Some((repo_ref, number)) = conversation(task) else {
+        return Ok(None);
+    };
+    let issue = forge
+        .issue(&repo_ref, number)
+        .await
+        .map_err(forge_err(format!("reading {repo_ref}#{number}")))?;
+    let marker = key_marker(&task.key);
+    let Some(run_id) = issue
+        .comments
+        .iter()
+        .rev()
+        .filter(|c| c.author.is_bot && c.body.contains(&marker))
+        .find_map(|c| announced_id(&c.body))
+    else {
+        return Ok(None);
+    };
+    let record = match forge.fetch_run_record(repo.clone(), remote, &run_id).await {
+        Ok(()) => {
+            let dir = repo.restore_run_record(&run_id)?;
+            match RunRecord::load(&dir) {
+                Ok(rec) if rec.task.key == task.key => Some(rec),
+                Ok(_) => {
+                    tracing::warn!(run = %run_id, "the fetched run record is of another request; starting afresh");
+                    return Ok(None);
+                }
+                Err(e) => {
+                    tracing::warn!(run = %run_id, error = %e, "the fetched run record is unreadable; starting again under its id");
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            // Announced but never pushed: the process died early. Start again under the id.
+            tracing::info!(run = %run_id, error = %e, "no run record on the remote; starting again under the announced id");
+            None
+        }
+    };
+    Ok(Some(Existing { run_id, record }))
+}
+
+/// The record of the newest run announced in the conversation `number` by a bot progress
+/// comment, or of the run `run_id` when given (which must belong to that conversation); read
+/// locally, else fetched from `remote`. For `/agent approve [RUN]`.
+pub async fn run_in_conversation(
+    repo: &Repo,
+    forge: &dyn Forge,
+    repo_ref: &RepoRef,
+    number: u64,
+    run_id: Option<&str>,
+    remote: &str,
+) -> Result<Option<RunRecord>> {
+    let issue = forge
+        .issue(repo_ref, number)
+        .await
+        .map_err(forge_err(format!("reading {repo_ref}#{number}")))?;
+    let announced: Vec<String> = issue
+        .comments
+        .iter()
+        .rev()
+        .filter(|c| c.author.is_bot)
+        .filter_map(|c| announced_id(&c.body))
+        .collect();
+    let Some(id) = (match run_id {
+        Some(want) => announced.into_iter().find(|id| id == want),
+        None => announced.into_iter().next(),
+    }) else {
+        return Ok(None);
+    };
+    let dir = repo.run_dir(&id);
+    if let Ok(rec) = RunRecord::load(&dir) {
+        return Ok(Some(rec));
+    }
+    forge
+        .fetch_run_record(repo.clone(), remote, &id)
+        .await
+        .map_err(forge_err(format!("fetching the record of run {id}")))?;
+    let dir = repo.restore_run_record(&id)?;
+    let rec = RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record in", &dir, e))?;
+    Ok(Some(rec))
+}
+
+/// What a router needs to continue `rec`: its spend, time and the roles already called (a
+/// scripted model skips the replies those calls consumed).
+pub fn resume_state(rec: &RunRecord) -> ResumeState {
+    ResumeState {
+        spent: rec.budget_spent.unwrap_or_default(),
+        elapsed: Duration::from_millis(rec.elapsed_ms),
+        roles: rec.roles_called.clone(),
+        usage: rec.model_usage.clone(),
+    }
+}
+
+/// What the progress comment shows.
+struct ProgressView<'a> {
+    run_id: &'a str,
+    key: &'a str,
+    record: Option<&'a RunRecord>,
+    budget_usd: f64,
+    pr_url: Option<&'a str>,
+    /// The full report, shown folded when there is no PR to hold it (plan-only runs).
+    report: Option<&'a str>,
+    error: Option<&'a str>,
+}
+
+fn state_line(state: RunState) -> &'static str {
+    match state {
+        RunState::Queued => "⏳ queued",
+        RunState::Analyzing => "🔎 analyzing the repository",
+        RunState::Planning => "🗺️ planning",
+        RunState::Editing => "✏️ editing",
+        RunState::Testing => "🧪 testing",
+        RunState::Fixing => "🔧 fixing failing tests",
+        RunState::AwaitingApproval => "✋ awaiting approval",
+        RunState::Succeeded => "✅ succeeded",
+        RunState::Failed => "❌ failed",
+        RunState::Cancelled => "⏹️ cancelled",
+        RunState::BudgetExhausted => "💸 budget exhausted",
+    }
+}
+
+/// The progress comment's text (the forge adds its run marker).
+fn progress_body(v: &ProgressView<'_>) -> String {
+    let state = v.record.map_or(RunState::Queued, |r| r.state);
+    let mut out = format!(
+        "{}\n**git-agent** run `{}` — {}\n",
+        key_marker(v.key),
+        v.run_id,
+        state_line(state)
+    );
+    if let Some(rec) = v.record {
+        if let Some(plan) = &rec.plan {
+            out.push_str("\n**Plan**\n");
+            for (i, s) in plan.steps.iter().enumerate() {
+                let mark = match s.status {
+                    StepStatus::Done => "[x]",
+                    StepStatus::Skipped => "[~]",
+                    StepStatus::Pending | StepStatus::InProgress => "[ ]",
+                };
+                out.push_str(&format!("- {mark} {}. {}\n", i + 1, s.title.trim()));
+            }
+        }
+        let (usd, unknown) = rec.spend();
+        out.push_str(&format!(
+            "\nSpend: ${usd:.2}{} of ${:.2} · {} model call(s) · branch `{}`\n",
+            if unknown { " + unpriced" } else { "" },
+            v.budget_usd,
+            rec.turns,
+            rec.branch
+        ));
+        if let Some(last) = rec.verification.last() {
+            out.push_str(&format!("Tests ({}): {}\n", last.when, last.result));
+        }
+        if state.is_terminal() || state == RunState::AwaitingApproval {
+            for n in &rec.notes {
+                out.push_str(&format!("\n> {}\n", n.replace('\n', "\n> ")));
+            }
+        }
+    }
+    if state == RunState::AwaitingApproval {
+        out.push_str("\nReply `/agent approve` to let the run continue.\n");
+    }
+    if let Some(url) = v.pr_url {
+        out.push_str(&format!("\nDraft pull request: {url}\n"));
+    }
+    if let Some(e) = v.error {
+        out.push_str(&format!("\nThe run stopped on an error: `{e}`\n"));
+    }
+    if let Some(report) = v.report {
+        out.push_str(&format!(
+            "\n<details><summary>Report</summary>\n\n{report}\n\n</details>\n"
+        ));
+    }
+    out
+}
+
+/// Publish `req`: announce, run (or resume), push, open the draft PR, report. See the module
+/// documentation for the steps. Forge failures of the comment and the 👀 are logged and
+/// passed over (they are courtesy); failures to push or to open the PR are errors.
+pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> Result<Published> {
+    let PublishRequest {
+        mut task,
+        react_to,
+        remote,
+        start,
+        progress_every,
+        approve,
+    } = req;
+    let convo = conversation(&task);
+    let budget_usd = svc.config.settings.budget.max_usd;
+    if let (Some(target), Some((repo_ref, _))) = (react_to, &convo)
+        && let Err(e) = forge.react_eyes(repo_ref, target).await
+    {
+        tracing::warn!(error = %e, "cannot react to the triggering comment");
+    }
+    let existing = find_run(&svc.repo, forge, &task, &remote).await?;
+    let resumed = existing.as_ref().is_some_and(|e| e.record.is_some());
+    if approve.is_some() && !resumed {
+        return Err(Error::Invalid(format!(
+            "no run of {} to approve (its record is neither here nor on the remote)",
+            task.key
+        )));
+    }
+    let run_id = existing
+        .as_ref()
+        .map(|e| e.run_id.clone())
+        .unwrap_or_else(|| ulid::Ulid::generate().to_string());
+    let key = task.key.clone();
+    // The PR merges into the branch as the forge names it; the engine needs a ref it can
+    // resolve in this clone (in an Actions checkout a PR's base may exist only as origin/…).
+    let pr_base = task
+        .base
+        .trim_start_matches("refs/heads/")
+        .trim_start_matches("origin/")
+        .to_string();
+    if svc.repo.resolve(&task.base).is_err() {
+        let remote_ref = format!("origin/{pr_base}");
+        if svc.repo.resolve(&remote_ref).is_ok() {
+            task.base = remote_ref;
+        }
+    }
+    // Continuing a PR's branch that this clone has only as origin/…: start from its tip, so
+    // the run adds to the branch instead of replacing it.
+    if let Some(branch) = &task.branch
+        && !svc.repo.branch_exists(branch)
+    {
+        let remote_ref = format!("origin/{branch}");
+        if svc.repo.resolve(&remote_ref).is_ok() {
+            task.base = remote_ref;
+        }
+    }
+
+    let comment = |record: Option<RunRecord>,
+                   pr_url: Option<String>,
+                   report: Option<String>,
+                   error: Option<String>| {
+        let convo = convo.clone();
+        let (run_id, key) = (run_id.clone(), key.clone());
+        async move {
+            let (repo_ref, number) = convo?;
+            let body = progress_body(&ProgressView {
+                run_id: &run_id,
+                key: &key,
+                record: record.as_ref(),
+                budget_usd,
+                pr_url: pr_url.as_deref(),
+                report: report.as_deref(),
+                error: error.as_deref(),
+            });
+            let body = svc.redactor.redact(&body);
+            match forge
+                .upsert_progress(&repo_ref, number, &run_id, &body)
+                .await
+            {
+                Ok(c) => Some(c.html_url),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot write the progress comment");
+                    None
+                }
+            }
+        }
+    };
+
+    let earlier = existing.as_ref().and_then(|e| e.record.clone());
+    let earlier_pr = earlier.as_ref().and_then(|r| match &r.pr {
+        Some(PrRef::Url(u)) => Some(u.clone()),
+        _ => None,
+    });
+    let mut comment_url = comment(earlier.clone(), earlier_pr, None, None).await;
+
+    let dir = svc.repo.run_dir(&run_id);
+    let engine_run = async {
+        if resumed {
+            let by = approve.as_deref().unwrap_or("");
+            engine::resume(svc, &run_id, approve.is_some(), by).await
+        } else {
+            let opts = StartOptions {
+                run_id: Some(run_id.clone()),
+                ..start
+            };
+            engine::start(svc, task.clone(), opts).await
+        }
+    };
+    let watch = async {
+        let Some(every) = progress_every else {
+            return std::future::pending::<()>().await;
+        };
+        let mut shown = earlier.as_ref().map(|r| r.state);
+        loop {
+            tokio::time::sleep(every).await;
+            if let Ok(rec) = RunRecord::load(&dir)
+                && shown != Some(rec.state)
+            {
+                shown = Some(rec.state);
+                comment(Some(rec), None, None, None).await;
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = engine_run => r,
+        () = watch => Err(Error::Invalid("the progress watcher ended".into())),
+    };
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => {
+            // The engine saved the record and report before returning its error: show them,
+            // and keep the evidence on the remote.
+            let rec = RunRecord::load(&dir).ok();
+            if rec.is_some()
+                && let Err(pe) = forge
+                    .push(
+                        svc.repo.clone(),
+                        &remote,
+                        &[run_ref(&run_id)],
+                        &svc.config.settings.git.branch_prefix,
+                    )
+                    .await
+            {
+                tracing::warn!(error = %pe, "cannot push the record of a failed run");
+            }
+            comment(rec, None, None, Some(e.to_string())).await;
+            return Err(e);
+        }
+    };
+    let mut rec = outcome.record;
+    let report_path = dir.join(files::PR);
+    let report = std::fs::read_to_string(&report_path)
+        .map_err(|e| Error::io("cannot read the report", &report_path, e))?;
+    let prefix = svc.config.settings.git.branch_prefix.clone();
+    let has_branch = !rec.commits.is_empty() && svc.repo.branch_exists(&rec.branch);
+    let audit = {
+        let redactor = svc.redactor.clone();
+        Appender::open(
+            &dir.join(files::AUDIT),
+            &run_id,
+            std::sync::Arc::new(move |s: &str| redactor.redact(s)),
+        )?
+        .0
+    };
+
+    let mut refs = Vec::new();
+    if has_branch {
+        refs.push(format!("refs/heads/{}", rec.branch));
+    }
+    refs.push(run_ref(&run_id));
+    forge
+        .push(svc.repo.clone(), &remote, &refs, &prefix)
+        .await
+        .map_err(forge_err(format!("pushing {}", refs.join(", "))))?;
+    audit.append(
+        Kind::Push,
+        json!({"remote": redact_remote(&remote), "refs": refs}),
+    )?;
+
+    let mut pr_url = None;
+    let wants_pr = !rec.commits.is_empty() && rec.task.mode == Mode::Fix;
+    if let (true, Some(repo_ref)) = (wants_pr, task.repo.as_ref()) {
+        let title = strip_hidden_text(&first_line(&rec.task.goal, 200)).text;
+        let title = format!("agent: {}", first_line(&title, 72));
+        let pr = forge
+            .open_draft_pr(
+                repo_ref,
+                &PrRequest {
+                    title,
+                    body: report.clone(),
+                    head: rec.branch.clone(),
+                    base: pr_base.clone(),
+                },
+            )
+            .await
+            .map_err(forge_err(format!(
+                "opening the draft pull request for {}",
+                rec.branch
+            )))?;
+        audit.append(
+            Kind::Forge,
+            json!({"pull_request": pr.number, "url": pr.html_url, "head": pr.head_ref, "base": pr.base_ref}),
+        )?;
+        rec.pr = Some(PrRef::Url(pr.html_url.clone()));
+        pr_url = Some(pr.html_url);
+    }
+    rec.audit_head = Some(audit.head()?);
+    rec.save(&dir)
+        .map_err(|e| Error::io("cannot write the record in", &dir, e))?;
+    svc.repo.mirror_run_record(&run_id)?;
+    forge
+        .push(svc.repo.clone(), &remote, &[run_ref(&run_id)], &prefix)
+        .await
+        .map_err(forge_err(format!("pushing {}", run_ref(&run_id))))?;
+
+    let folded = pr_url.is_none().then(|| report.clone());
+    if let Some(url) = comment(Some(rec.clone()), pr_url.clone(), folded, None).await {
+        comment_url = Some(url);
+    }
+    Ok(Published {
+        run_id,
+        state: rec.state,
+        pr_url,
+        comment_url,
+        branch: rec.branch.clone(),
+        report,
+        resumed,
+        record: rec,
+        run_dir: dir,
+    })
+}
+
+/// A remote for the audit log: a URL without any user information.
+fn redact_remote(remote: &str) -> String {
+    match remote.split_once("://") {
+        Some((scheme, rest)) => {
+            let host_path = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+            format!("{scheme}://{host_path}")
+        }
+        None => remote.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_marker_is_stable_and_hides_the_key() {
+        let m = key_marker("octocat/Hello-World#42:fix");
+        assert_eq!(m, key_marker("octocat/Hello-World#42:fix"));
+        assert_ne!(m, key_marker("octocat/Hello-World#43:fix"));
+        assert!(!m.contains("Hello-World"));
+        // A key that tries to close the comment cannot.
+        assert_eq!(key_marker("x --> y").matches("-->").count(), 1);
+    }
+
+    #[test]
+    fn only_ulids_are_taken_from_comments() {
+        let id = ulid::Ulid::generate().to_string();
+        let body = format!("{}\nx", crate::forge::progress_marker(&id));
+        assert_eq!(announced_id(&body), Some(id));
+        let body = format!("{}\nx", crate::forge::progress_marker("main"));
+        assert_eq!(announced_id(&body), None);
+    }
+
+    #[test]
+    fn remote_user_info_is_not_audited() {
+        assert_eq!(
+            redact_remote("https://x-access-token:ghs_abc@github.com/o/r.git"),
+            "https://github.com/o/r.git"
+        );
+        assert_eq!(redact_remote("/tmp/remote.git"), "/tmp/remote.git");
+    }
+
+    #[test]
+    fn queued_progress_names_the_run_and_carries_the_key() {
+        let body = progress_body(&ProgressView {
+            run_id: "01JD",
+            key: "o/r#1:fix",
+            record: None,
+            budget_usd: 5.0,
+            pr_url: None,
+            report: None,
+            error: None,
+        });
+        assert!(body.contains("run `01JD` — ⏳ queued"), "{body}");
+        assert!(body.contains(&key_marker("o/r#1:fix")));
+    }
+}
