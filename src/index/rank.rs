@@ -55,8 +55,8 @@ pub struct RankOptions {
     pub doc_factor: f64,
     /// Weight of a query term occurrence in the first line (an issue's title).
     pub title_weight: f64,
-    /// Weight of a query term occurrence inside a fenced block or an indented line (logs,
-    /// package lists, output); prose counts 1.
+    /// Weight of a query term occurrence inside a fenced block, a `<details>` fold or an
+    /// indented line (logs, package lists, output); prose counts 1.
     pub code_block_weight: f64,
     /// Boost for a file whose name (stem) is a term of the query, scaled by how few files
     /// share that name and by the term's weight in the query.
@@ -416,11 +416,13 @@ impl Ranker {
         let mut named = vec![false; n];
         let mut test_mentioned = false;
         for (p, w) in &q.paths {
-            if let Some(hits) = self.match_path(p) {
+            if let Some((key, hits)) = self.match_path(p) {
                 let share = opts.path_mention * w / hits.len() as f64;
                 for &i in hits {
                     mention[i as usize] += share;
-                    named[i as usize] = true;
+                    // Named outright: its whole path, directories included. A bare
+                    // `index.html` or `tox.ini` in an issue is usually the reporter's own.
+                    named[i as usize] |= key.contains('/') && key == self.paths[i as usize];
                     test_mentioned |= self.is_test[i as usize];
                 }
             }
@@ -582,11 +584,11 @@ impl Ranker {
         }
     }
 
-    fn match_path(&self, mention: &str) -> Option<&Vec<u32>> {
+    fn match_path<'m>(&self, mention: &'m str) -> Option<(&'m str, &Vec<u32>)> {
         // Longest suffix of the mention (on `/` boundaries) naming indexed files.
         for s in suffixes(mention) {
             if let Some(hits) = self.path_suffix.get(s) {
-                return (hits.len() <= 5).then_some(hits);
+                return (hits.len() <= 5).then_some((s, hits));
             }
         }
         None
@@ -686,6 +688,7 @@ impl Query {
         let mut q = Query::default();
         let mut counts: HashMap<String, f64> = HashMap::new();
         let mut in_fence = false;
+        let mut in_details = false;
         let mut title_seen = false;
         for line in query.lines() {
             let t = line.trim_start();
@@ -693,10 +696,16 @@ impl Query {
                 in_fence = !in_fence;
                 continue;
             }
+            // Issue templates fold logs and `show_versions()` dumps into <details>.
+            if t.starts_with("<details") {
+                in_details = true;
+            } else if t.starts_with("</details") {
+                in_details = false;
+            }
             let w = if !title_seen && !t.is_empty() {
                 title_seen = true;
                 opts.title_weight
-            } else if in_fence || line.starts_with("    ") || line.starts_with('\t') {
+            } else if in_fence || in_details || line.starts_with("    ") || line.starts_with('\t') {
                 opts.code_block_weight
             } else {
                 1.0

@@ -393,6 +393,13 @@ fn ranking_fenced_output_weighs_less_than_prose() {
     };
     // Equal weights tie, and ties go by path.
     assert_eq!(first(&index, query, &flat), "src/alpha.py");
+    // A <details> fold (environment dumps) counts as output too.
+    let folded = "Report\n\n<details>\nwidget\n</details>\nThe gadget broke.";
+    assert_eq!(
+        first(&index, folded, &RankOptions::default()),
+        "src/beta.py"
+    );
+    assert_eq!(first(&index, folded, &flat), "src/alpha.py");
 }
 
 /// A file whose own name is a query term is boosted, more so when the name is rare.
@@ -473,4 +480,7 @@ fn ranking_named_docs_file_is_not_damped() {
     let index = Index::at_commit(&repo, "HEAD", &opts(cache.path())).unwrap();
     let top = index.locate("typo in docs/usage.md about the calendar and dates", 1);
     assert_eq!(top[0].path, "docs/usage.md", "{top:?}");
+    // A bare file name is usually the reporter's own file: still damped.
+    let top = index.locate("typo in usage.md about the calendar and dates", 1);
+    assert_ne!(top[0].path, "docs/usage.md", "{top:?}");
 }
