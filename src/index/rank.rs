@@ -421,9 +421,12 @@ impl Ranker {
                 for &i in hits {
                     mention[i as usize] += share;
                     // Named outright: its whole path, directories included. A bare
-                    // `index.html` or `tox.ini` in an issue is usually the reporter's own.
-                    named[i as usize] |= key.contains('/') && key == self.paths[i as usize];
-                    test_mentioned |= self.is_test[i as usize];
+                    // `index.html`, `tox.ini` or `test_foo.py` in an issue is usually the
+                    // reporter's own file, so it neither lifts damping nor makes the query
+                    // about tests.
+                    let whole = key.contains('/') && key == self.paths[i as usize];
+                    named[i as usize] |= whole;
+                    test_mentioned |= whole && self.is_test[i as usize];
                 }
             }
         }

@@ -217,6 +217,12 @@ fn ranking_prefers_the_defining_source_over_tests_and_docs() {
         &RankOptions::default(),
     );
     assert_eq!(about_tests[0].path, "tests/test_dates.py");
+    // A bare test file name is the reporter's own test, not a query about ours.
+    let bare = index.rank(
+        "parse_date fails when I run my test_dates.py",
+        &RankOptions::default(),
+    );
+    assert!(pos(&bare, "pkg/dates.py") < pos(&bare, "tests/test_dates.py"));
 
     // Scores are sorted, best first.
     assert!(plain.windows(2).all(|w| w[0].score >= w[1].score));
