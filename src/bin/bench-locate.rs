@@ -7,8 +7,15 @@
 //! instance to fill the cache (cold), then the measured pass builds it again from the cache and
 //! ranks (warm), as a run would.
 //!
+//! The data has no dev/test split of its own, so the bench makes one: an instance is in the
+//! `tune` half when the FNV-1a hash of its id is even, else in the `held-out` half. Weights are
+//! tuned on the tune half only; both halves and the total are reported.
+//!
 //! `cargo run --release --bin bench-locate -- [--data F] [--mirrors DIR] [--cache DIR]
-//! [--opts JSON] [--no-baseline] [--misses]`
+//! [--opts JSON] [--no-baseline] [--misses] [--sweep FILE]`
+//!
+//! `--sweep FILE` reads one `RankOptions` JSON object a line and prints Acc@k of each on both
+//! halves (tuning aid; no baseline, no timing).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -17,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use git_agent::index::{CacheLocation, Index, IndexOptions, RankOptions, skip_path, text};
+use git_agent::index::{CacheLocation, Index, IndexOptions, RankOptions, Ranker, skip_path, text};
 use git_agent::workspace::Repo;
 use gix::bstr::ByteSlice as _;
 
@@ -31,6 +38,16 @@ struct Instance {
 }
 
 const KS: [usize; 4] = [1, 3, 5, 10];
+
+/// The half an instance belongs to: `true` for the tune half (even FNV-1a hash of its id).
+fn tune_half(id: &str) -> bool {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % 2 == 0
+}
 
 #[derive(Default)]
 struct Tally {
@@ -128,6 +145,7 @@ fn main() -> Result<()> {
     let mut opts = RankOptions::default();
     let mut baseline = true;
     let mut misses = false;
+    let mut sweep: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -139,6 +157,7 @@ fn main() -> Result<()> {
             }
             "--no-baseline" => baseline = false,
             "--misses" => misses = true,
+            "--sweep" => sweep = Some(args.next().context("--sweep needs a path")?.into()),
             other => anyhow::bail!("unknown argument {other}"),
         }
     }
@@ -178,7 +197,13 @@ fn main() -> Result<()> {
         t.elapsed().as_secs_f64()
     );
 
+    if let Some(sweep) = sweep {
+        return run_sweep(&sweep, &instances, &repos, &index_opts);
+    }
+
     let mut ours = Tally::default();
+    let mut halves = [Tally::default(), Tally::default()];
+    let mut base_halves = [Tally::default(), Tally::default()];
     let mut base = Tally::default();
     let mut per_repo: HashMap<&str, (Tally, Tally)> = HashMap::new();
     for inst in &instances {
@@ -193,6 +218,8 @@ fn main() -> Result<()> {
             .collect();
         let secs = t.elapsed().as_secs_f64();
         ours.add(&ranked, &inst.gold_files, secs);
+        let half = usize::from(!tune_half(&inst.instance_id));
+        halves[half].add(&ranked, &inst.gold_files, secs);
         let entry = per_repo.entry(inst.repo.as_str()).or_default();
         entry.0.add(&ranked, &inst.gold_files, secs);
         if misses
@@ -227,15 +254,26 @@ fn main() -> Result<()> {
             let b = bm25_baseline(repo, &inst.base_commit, &inst.problem_statement)?;
             let secs = t.elapsed().as_secs_f64();
             base.add(&b, &inst.gold_files, secs);
+            base_halves[half].add(&b, &inst.gold_files, secs);
             entry.1.add(&b, &inst.gold_files, secs);
         }
     }
     println!("{} instances from {data:?}\n", instances.len());
     println!("| method | Acc@1 | Acc@3 | Acc@5 | Acc@10 | time/query |");
     println!("|---|---|---|---|---|---|");
-    println!("{}", ours.row("git-agent index (warm cache)"));
+    println!("{}", ours.row("git-agent index (warm cache), all"));
+    println!(
+        "{}",
+        halves[0].row(&format!("ours, tune half (n={})", halves[0].n))
+    );
+    println!(
+        "{}",
+        halves[1].row(&format!("ours, held-out half (n={})", halves[1].n))
+    );
     if baseline {
-        println!("{}", base.row("BM25 baseline (.py files)"));
+        println!("{}", base.row("BM25 baseline (.py files), all"));
+        println!("{}", base_halves[0].row("BM25, tune half"));
+        println!("{}", base_halves[1].row("BM25, held-out half"));
     }
     println!("\n| repository | n | ours Acc@5 | BM25 Acc@5 |");
     println!("|---|---|---|---|");
@@ -250,6 +288,61 @@ fn main() -> Result<()> {
             pct(o),
             if baseline { pct(b) } else { f64::NAN }
         );
+    }
+    Ok(())
+}
+
+/// Rank every instance with each options line of `path`; print Acc@k per half.
+fn run_sweep(
+    path: &std::path::Path,
+    instances: &[Instance],
+    repos: &HashMap<String, Repo>,
+    index_opts: &dyn Fn(&str) -> IndexOptions,
+) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path:?}"))?;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let all: Vec<RankOptions> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l))
+        .collect::<Result<_, _>>()?;
+    let mut tallies: Vec<[Tally; 2]> = all.iter().map(|_| Default::default()).collect();
+    for inst in instances {
+        let idx = Index::at_commit(
+            &repos[&inst.repo],
+            &inst.base_commit,
+            &index_opts(&inst.repo),
+        )?;
+        let half = usize::from(!tune_half(&inst.instance_id));
+        let mut rankers: Vec<((f64, f64), Ranker)> = Vec::new();
+        for (opts, tally) in all.iter().zip(&mut tallies) {
+            let key = (opts.path_term_weight, opts.def_term_weight);
+            let k = match rankers.iter().position(|(k, _)| *k == key) {
+                Some(k) => k,
+                None => {
+                    rankers.push((key, Ranker::with_options(idx.files(), opts)));
+                    rankers.len() - 1
+                }
+            };
+            let ranked: Vec<String> = rankers[k]
+                .1
+                .rank(&inst.problem_statement, opts)
+                .into_iter()
+                .take(10)
+                .map(|r| r.path)
+                .collect();
+            tally[half].add(&ranked, &inst.gold_files, 0.0);
+        }
+    }
+    println!("| opts | tune @1/@3/@5/@10 | held-out @1/@3/@5/@10 |");
+    for (line, [t, h]) in lines.iter().zip(&tallies) {
+        let f = |t: &Tally| {
+            t.hits
+                .iter()
+                .map(|x| format!("{:.1}", 100.0 * *x as f64 / t.n.max(1) as f64))
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        println!("| {line} | {} | {} |", f(t), f(h));
     }
     Ok(())
 }

@@ -5,6 +5,11 @@
 //! dotted module paths, identifiers resolved to the files defining them) and centrality in the
 //! file graph (imports and references to definitions) personalized by the files the first two
 //! signals found. Tests and non-code files are damped unless the query is about them.
+//!
+//! The query is read as an issue: terms of its first line (the title) weigh more, terms inside
+//! fenced blocks and indented output (logs, package lists) less, adjacent words are also
+//! joined (`link check` meets `linkcheck`), terms found in most files are dropped, and a file
+//! whose own name is a query term gets a boost scaled by how rare that name is.
 
 use std::collections::HashMap;
 
@@ -13,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use super::build::IndexedFile;
 use super::text;
+
+/// A term must be in at least this many files before `max_df` may call it too common: in a
+/// small project every term is in a large fraction of the files.
+const MIN_COMMON_DF: f64 = 20.0;
 
 /// Weights of the ranking: plain data, so a caller can tune them without code.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,24 +53,45 @@ pub struct RankOptions {
     pub non_code_factor: f64,
     /// Multiplier for code under documentation and example directories.
     pub doc_factor: f64,
+    /// Weight of a query term occurrence in the first line (an issue's title).
+    pub title_weight: f64,
+    /// Weight of a query term occurrence inside a fenced block, a `<details>` fold or an
+    /// indented line (logs, package lists, output); prose counts 1.
+    pub code_block_weight: f64,
+    /// Boost for a file whose name (stem) is a term of the query, scaled by how few files
+    /// share that name and by the term's weight in the query.
+    pub stem_mention: f64,
+    /// Weight of the joined form of two adjacent query words (`link check` → `linkcheck`,
+    /// `type hints` → `typehints`), which meets file and identifier names written as one word.
+    pub join_weight: f64,
+    /// Query terms found in more than this fraction of files (and in at least 20 files) are
+    /// dropped from BM25 (the project's own name, `self`, `def`): their small idf still adds
+    /// up over a long issue.
+    pub max_df: f64,
 }
 
 impl Default for RankOptions {
+    /// Tuned with `bench-locate --sweep` on the tune half of its data only (see that bench).
     fn default() -> Self {
         Self {
-            k1: 1.2,
-            b: 0.5,
+            k1: 2.0,
+            b: 0.75,
             path_term_weight: 4.0,
             def_term_weight: 2.0,
-            lexical: 1.0,
+            lexical: 2.0,
             path_mention: 1.0,
-            module_mention: 0.6,
-            ident_mention: 0.6,
+            module_mention: 0.3,
+            ident_mention: 0.3,
             centrality: 0.3,
             damping: 0.5,
             test_factor: 0.3,
-            non_code_factor: 0.5,
+            non_code_factor: 0.1,
             doc_factor: 0.5,
+            title_weight: 3.0,
+            code_block_weight: 0.5,
+            stem_mention: 0.3,
+            join_weight: 0.5,
+            max_df: 0.2,
         }
     }
 }
@@ -137,6 +167,16 @@ fn suffixes(key: &str) -> impl Iterator<Item = &str> {
     std::iter::once(key).chain(key.match_indices('/').map(move |(i, _)| &key[i + 1..]))
 }
 
+/// The index terms of a file's name without extension: `lint/expand_modules.py` gives
+/// `expand`, `modul`, and last the whole name `expandmodules`; a one-part name gives itself.
+fn stem_terms(path: &str) -> Vec<String> {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let stem = file.split('.').next().unwrap_or(file);
+    let mut v = Vec::new();
+    text::terms(stem, |t| v.push(t.to_string()));
+    v
+}
+
 /// Derived structures for ranking one index.
 pub struct Ranker {
     paths: Vec<String>,
@@ -151,6 +191,8 @@ pub struct Ranker {
     path_suffix: HashMap<String, Vec<u32>>,
     module_suffix: HashMap<String, Vec<u32>>,
     graph: Vec<Vec<(u32, f32)>>,
+    /// Terms of each file's name (stem), and how many files share that name.
+    stems: Vec<(Vec<String>, u32)>,
 }
 
 impl std::fmt::Debug for Ranker {
@@ -191,7 +233,17 @@ impl Ranker {
             path_suffix: HashMap::new(),
             module_suffix: HashMap::new(),
             graph: vec![Vec::new(); n],
+            stems: Vec::with_capacity(n),
         };
+        let mut stem_count: HashMap<String, u32> = HashMap::new();
+        for f in files {
+            let key = stem_terms(&f.path);
+            *stem_count.entry(key.join(" ")).or_default() += 1;
+            r.stems.push((key, 0));
+        }
+        for (terms, count) in &mut r.stems {
+            *count = stem_count.get(&terms.join(" ")).copied().unwrap_or(1);
+        }
         for (i, f) in files.iter().enumerate() {
             let i32_ = i as u32;
             let mut extra: HashMap<&str, f32> = HashMap::new();
@@ -358,16 +410,23 @@ impl Ranker {
         if n == 0 {
             return Vec::new();
         }
-        let q = Query::parse(query);
+        let q = Query::parse_weighted(query, opts);
         let lexical = self.bm25(&q.terms, opts);
         let mut mention = vec![0.0f64; n];
+        let mut named = vec![false; n];
         let mut test_mentioned = false;
         for (p, w) in &q.paths {
-            if let Some(hits) = self.match_path(p) {
+            if let Some((key, hits)) = self.match_path(p) {
                 let share = opts.path_mention * w / hits.len() as f64;
                 for &i in hits {
                     mention[i as usize] += share;
-                    test_mentioned |= self.is_test[i as usize];
+                    // Named outright: its whole path, directories included. A bare
+                    // `index.html`, `tox.ini` or `test_foo.py` in an issue is usually the
+                    // reporter's own file, so it neither lifts damping nor makes the query
+                    // about tests.
+                    let whole = key.contains('/') && key == self.paths[i as usize];
+                    named[i as usize] |= whole;
+                    test_mentioned |= whole && self.is_test[i as usize];
                 }
             }
         }
@@ -387,6 +446,9 @@ impl Ranker {
             for &i in defs {
                 mention[i as usize] += share;
             }
+        }
+        if opts.stem_mention > 0.0 {
+            self.match_stems(&q.terms, opts, &mut mention);
         }
         let max_lex = lexical.iter().copied().fold(0.0, f64::max);
         let lex_norm: Vec<f64> = lexical
@@ -426,10 +488,11 @@ impl Ranker {
                 if self.is_test[i] && !about_tests {
                     s *= opts.test_factor;
                 }
-                if !self.is_code[i] {
+                // A file the query names by path is not damped for being docs or data.
+                if !self.is_code[i] && !named[i] {
                     s *= opts.non_code_factor;
                 }
-                if self.is_doc[i] {
+                if self.is_doc[i] && !named[i] {
                     s *= opts.doc_factor;
                 }
                 Some(RankedFile {
@@ -489,6 +552,9 @@ impl Ranker {
             };
             let post = &self.postings[id as usize];
             let df = post.len() as f64;
+            if df >= MIN_COMMON_DF && df > opts.max_df * n {
+                continue;
+            }
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
             for &(doc, tf) in post {
                 let tf = f64::from(tf);
@@ -501,11 +567,31 @@ impl Ranker {
         scores
     }
 
-    fn match_path(&self, mention: &str) -> Option<&Vec<u32>> {
+    /// Files whose name is a query term: `linkcheck` → `builders/linkcheck.py`. Every part of
+    /// a compound name must be in the query; rare names count more than `utils` or `__init__`.
+    fn match_stems(&self, terms: &HashMap<String, f64>, opts: &RankOptions, mention: &mut [f64]) {
+        let ln_n = (self.paths.len() as f64 + 1.0).ln();
+        for (i, (parts, count)) in self.stems.iter().enumerate() {
+            let Some(last) = parts.last() else { continue };
+            // The whole name (`expandmodules`) or every part of it.
+            let w = terms.get(last).copied().or_else(|| {
+                parts[..parts.len() - 1]
+                    .iter()
+                    .map(|p| terms.get(p).copied())
+                    .try_fold(f64::INFINITY, |m, w| w.map(|w| m.min(w)))
+                    .filter(|m| m.is_finite())
+            });
+            let Some(w) = w else { continue };
+            let rarity = ((self.paths.len() as f64 + 1.0) / f64::from(*count)).ln() / ln_n;
+            mention[i] += opts.stem_mention * w.min(3.0) * rarity * rarity;
+        }
+    }
+
+    fn match_path<'m>(&self, mention: &'m str) -> Option<(&'m str, &Vec<u32>)> {
         // Longest suffix of the mention (on `/` boundaries) naming indexed files.
         for s in suffixes(mention) {
             if let Some(hits) = self.path_suffix.get(s) {
-                return (hits.len() <= 5).then_some(hits);
+                return (hits.len() <= 5).then_some((s, hits));
             }
         }
         None
@@ -594,13 +680,62 @@ const SOURCE_EXTS: &[&str] = &[
 ];
 
 impl Query {
+    #[cfg(test)]
     pub(crate) fn parse(query: &str) -> Query {
+        Self::parse_weighted(query, &RankOptions::default())
+    }
+
+    /// Parse `query`, weighting its terms by where they occur: the title line, prose, or a
+    /// fenced block / indented output.
+    pub(crate) fn parse_weighted(query: &str, opts: &RankOptions) -> Query {
         let mut q = Query::default();
-        let mut counts: HashMap<String, u32> = HashMap::new();
-        text::terms(query, |t| *counts.entry(t.to_string()).or_default() += 1);
+        let mut counts: HashMap<String, f64> = HashMap::new();
+        let mut in_fence = false;
+        let mut in_details = false;
+        let mut title_seen = false;
+        for line in query.lines() {
+            let t = line.trim_start();
+            if t.starts_with("```") {
+                in_fence = !in_fence;
+                continue;
+            }
+            // Issue templates fold logs and `show_versions()` dumps into <details>.
+            if t.starts_with("<details") {
+                in_details = true;
+            } else if t.starts_with("</details") {
+                in_details = false;
+            }
+            let w = if !title_seen && !t.is_empty() {
+                title_seen = true;
+                opts.title_weight
+            } else if in_fence || in_details || line.starts_with("    ") || line.starts_with('\t') {
+                opts.code_block_weight
+            } else {
+                1.0
+            };
+            text::terms(line, |t| *counts.entry(t.to_string()).or_default() += w);
+            if opts.join_weight > 0.0 {
+                let mut prev: Option<String> = None;
+                for word in line.split(|c: char| !c.is_ascii_alphanumeric()) {
+                    let lower = word.to_ascii_lowercase();
+                    let alpha = lower.len() >= 2 && lower.bytes().all(|b| b.is_ascii_lowercase());
+                    if let (Some(p), true) = (&prev, alpha) {
+                        // Single-word identifiers are indexed stemmed, compound ones whole.
+                        let joined = format!("{p}{lower}");
+                        let stemmed = text::stem(&joined);
+                        if stemmed != joined {
+                            *counts.entry(stemmed.to_string()).or_default() += w * opts.join_weight;
+                        }
+                        *counts.entry(joined).or_default() += w * opts.join_weight;
+                    }
+                    prev = alpha.then_some(lower);
+                }
+            }
+        }
         q.terms = counts
             .into_iter()
-            .map(|(t, c)| (t, 1.0 + f64::from(c).ln()))
+            .filter(|(_, c)| *c > 0.0)
+            .map(|(t, c)| (t, if c >= 1.0 { 1.0 + c.ln() } else { c }))
             .collect();
 
         // Regexes are compiled per query: cheap next to ranking, and no global state.

@@ -217,6 +217,12 @@ fn ranking_prefers_the_defining_source_over_tests_and_docs() {
         &RankOptions::default(),
     );
     assert_eq!(about_tests[0].path, "tests/test_dates.py");
+    // A bare test file name is the reporter's own test, not a query about ours.
+    let bare = index.rank(
+        "parse_date fails when I run my test_dates.py",
+        &RankOptions::default(),
+    );
+    assert!(pos(&bare, "pkg/dates.py") < pos(&bare, "tests/test_dates.py"));
 
     // Scores are sorted, best first.
     assert!(plain.windows(2).all(|w| w[0].score >= w[1].score));
@@ -341,4 +347,146 @@ fn locate_json_has_the_documented_shape() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("pkg/dates.py\n"), "{text}");
     assert!(TokenCounter::new().unwrap().count(&text) <= 60);
+}
+
+/// A committed repository holding `files`, indexed at HEAD.
+fn indexed(files: &[(&str, String)]) -> (tempfile::TempDir, tempfile::TempDir, Index) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    git(dir, &["init", "-q", "-b", "main"]);
+    for (p, text) in files {
+        write(dir, p, text);
+    }
+    commit_all(dir, "fixture");
+    let cache = tempfile::tempdir().unwrap();
+    let repo = Repo::open(dir).unwrap();
+    let index = Index::at_commit(&repo, "HEAD", &opts(cache.path())).unwrap();
+    (tmp, cache, index)
+}
+
+fn first(index: &Index, query: &str, o: &RankOptions) -> String {
+    index.rank(query, o)[0].path.clone()
+}
+
+/// The title (first line) of an issue weighs more than its body.
+#[test]
+fn ranking_title_terms_weigh_more() {
+    let (_t, _c, index) = indexed(&[
+        ("src/alpha.py", "def run():\n    return gadget\n".into()),
+        ("src/beta.py", "def run():\n    return widget\n".into()),
+    ]);
+    let query = "widget is slow\n\nIt happens after the gadget and the gadget again.";
+    assert_eq!(first(&index, query, &RankOptions::default()), "src/beta.py");
+    let flat = RankOptions {
+        title_weight: 1.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(first(&index, query, &flat), "src/alpha.py");
+}
+
+/// Words inside a fenced block (logs, package lists) weigh less than prose.
+#[test]
+fn ranking_fenced_output_weighs_less_than_prose() {
+    let (_t, _c, index) = indexed(&[
+        ("src/alpha.py", "def run():\n    return widget\n".into()),
+        ("src/beta.py", "def run():\n    return gadget\n".into()),
+    ]);
+    let query = "Report\n\n```\nwidget\n```\nThe gadget broke.";
+    assert_eq!(first(&index, query, &RankOptions::default()), "src/beta.py");
+    let flat = RankOptions {
+        code_block_weight: 1.0,
+        ..RankOptions::default()
+    };
+    // Equal weights tie, and ties go by path.
+    assert_eq!(first(&index, query, &flat), "src/alpha.py");
+    // A <details> fold (environment dumps) counts as output too.
+    let folded = "Report\n\n<details>\nwidget\n</details>\nThe gadget broke.";
+    assert_eq!(
+        first(&index, folded, &RankOptions::default()),
+        "src/beta.py"
+    );
+    assert_eq!(first(&index, folded, &flat), "src/alpha.py");
+}
+
+/// A file whose own name is a query term is boosted, more so when the name is rare.
+#[test]
+fn ranking_file_named_by_a_query_term_is_boosted() {
+    let (_t, _c, index) = indexed(&[
+        (
+            "pkg/builders/html.py",
+            "# linkcheck linkcheck linkcheck linkcheck linkcheck linkcheck linkcheck\ndef build():\n    pass\n".into(),
+        ),
+        (
+            "pkg/builders/linkcheck.py",
+            "def build():\n    return follow(url)\n".into(),
+        ),
+    ]);
+    let query = "linkcheck hangs forever";
+    let off = RankOptions {
+        stem_mention: 0.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(first(&index, query, &off), "pkg/builders/html.py");
+    let on = RankOptions {
+        stem_mention: 3.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(first(&index, query, &on), "pkg/builders/linkcheck.py");
+}
+
+/// Two adjacent query words also match the identifier that writes them as one.
+#[test]
+fn ranking_joins_adjacent_words() {
+    let (_t, _c, index) = indexed(&[
+        ("src/alpha.py", "link = None\n".into()),
+        ("src/beta.py", "linkcheck = None\n".into()),
+        ("src/gamma.py", "link = 1\n".into()),
+    ]);
+    let query = "the link check is slow";
+    let off = RankOptions {
+        join_weight: 0.0,
+        ..RankOptions::default()
+    };
+    assert!(
+        index
+            .rank(query, &off)
+            .iter()
+            .all(|f| f.path != "src/beta.py")
+    );
+    let on = RankOptions {
+        join_weight: 1.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(first(&index, query, &on), "src/beta.py");
+}
+
+/// A term found in most files of a large enough project finds nothing.
+#[test]
+fn ranking_drops_terms_in_most_files() {
+    let mut files: Vec<(String, String)> = (0..25)
+        .map(|i| (format!("src/m{i}.py"), format!("frame = {i}\n")))
+        .collect();
+    files.push(("src/zebra.py".into(), "stripes = 2\n".into()));
+    let refs: Vec<(&str, String)> = files.iter().map(|(p, t)| (p.as_str(), t.clone())).collect();
+    let (_t, _c, index) = indexed(&refs);
+    assert!(index.rank("frame", &RankOptions::default()).is_empty());
+    let keep = RankOptions {
+        max_df: 1.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(index.rank("frame", &keep).len(), 25);
+}
+
+/// A docs file the query names by path is not damped for being docs.
+#[test]
+fn ranking_named_docs_file_is_not_damped() {
+    let tmp = project();
+    let cache = tempfile::tempdir().unwrap();
+    let repo = Repo::open(tmp.path()).unwrap();
+    let index = Index::at_commit(&repo, "HEAD", &opts(cache.path())).unwrap();
+    let top = index.locate("typo in docs/usage.md about the calendar and dates", 1);
+    assert_eq!(top[0].path, "docs/usage.md", "{top:?}");
+    // A bare file name is usually the reporter's own file: still damped.
+    let top = index.locate("typo in usage.md about the calendar and dates", 1);
+    assert_ne!(top[0].path, "docs/usage.md", "{top:?}");
 }
