@@ -66,6 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 "The `adds` test fails: add(1, 2) returns -1. Make `add` return the sum.".into(),
             ),
             issue_file: None,
+            issue: None,
             base: Some("main".into()),
             branch: Some("agent/demo-fix-add".into()),
             test_cmd: Some("cargo test --offline".into()),

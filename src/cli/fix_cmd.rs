@@ -26,6 +26,10 @@ pub struct FixArgs {
     /// A file holding the issue text (title on the first line, then the body).
     #[arg(long, value_name = "F", conflicts_with = "goal")]
     pub issue_file: Option<PathBuf>,
+    /// An issue of the forge: for `--forge local`, `<git-common-dir>/agent/issues/<N>.md`
+    /// (title on the first line) or `<N>.json`. The run is linked to it (`Fixes #N`).
+    #[arg(long, value_name = "N", conflicts_with_all = ["goal", "issue_file"])]
+    pub issue: Option<u64>,
     /// Base ref to branch from (default: origin/HEAD, else HEAD).
     #[arg(long)]
     pub base: Option<String>,
@@ -315,14 +319,66 @@ fn goal_text(args: &FixArgs) -> anyhow::Result<String> {
         (Some(g), _) if !g.trim().is_empty() => Ok(g.clone()),
         (_, Some(f)) => std::fs::read_to_string(f)
             .with_context(|| format!("cannot read the issue file {}", f.display())),
-        _ => bail!("say what to do: `git agent fix \"…\"` or `--issue-file F`"),
+        _ => bail!("say what to do: `git agent fix \"…\"`, `--issue N` or `--issue-file F`"),
     }
+}
+
+/// The text of issue `n` of the local forge: title, body and comments.
+fn local_issue_text(repo: &Repo, n: u64) -> anyhow::Result<String> {
+    use crate::forge::Forge as _;
+    use crate::forge::local::{LocalForge, LocalOptions};
+    let dir = repo.agent_dir().join("issues");
+    let forge = LocalForge::for_repo(
+        repo,
+        LocalOptions {
+            issues_dir: Some(dir.clone()),
+            ..LocalOptions::default()
+        },
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .context("cannot start the async runtime")?;
+    let local = crate::task::RepoRef {
+        owner: "local".into(),
+        name: "local".into(),
+    };
+    let issue = rt.block_on(forge.issue(&local, n)).with_context(|| {
+        format!(
+            "cannot read issue {n}: put it in {}/{n}.md (title on the first line) or {n}.json, \
+             or pass --issue-file F",
+            dir.display()
+        )
+    })?;
+    let mut text = format!(
+        "Issue #{}: {}\n\n{}\n",
+        issue.number, issue.title, issue.body
+    );
+    let comments: Vec<String> = issue
+        .comments
+        .iter()
+        .filter(|c| crate::forge::progress_run_id(&c.body).is_none())
+        .map(|c| format!("@{} wrote:\n{}\n", c.author.login, c.body.trim()))
+        .collect();
+    if !comments.is_empty() {
+        text.push_str("\nComments:\n\n");
+        text.push_str(&comments.join("\n"));
+    }
+    Ok(text)
 }
 
 /// `git agent fix` and `git agent plan`.
 pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
-    let goal = goal_text(&args)?;
     let repo = context::open_repo(args.repo.as_deref())?;
+    let (goal, origin) = match args.issue {
+        Some(n) => (
+            local_issue_text(&repo, n)?,
+            Origin::Issue {
+                number: n,
+                comment_id: None,
+            },
+        ),
+        None => (goal_text(&args)?, Origin::Cli),
+    };
     let base = args
         .base
         .clone()
@@ -349,7 +405,7 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
     let task = Task {
         goal,
         mode,
-        origin: Origin::Cli,
+        origin,
         repo: None,
         base,
         branch: None,

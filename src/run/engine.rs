@@ -140,7 +140,21 @@ fn slug(text: &str) -> String {
 
 /// The default branch of a run: `agent/<issue>-<slug>` or `agent/<slug>-<id suffix>`.
 pub fn default_branch(prefix: &str, task: &Task, run_id: &str) -> String {
-    let s = slug(task.goal.lines().next().unwrap_or(""));
+    let first = task.goal.lines().next().unwrap_or("");
+    // `Issue #7: title` (the triggers' and `--issue`'s form): the number is in the branch
+    // already, so the slug is the title's.
+    let first = match first.split_once(": ") {
+        Some((head, rest))
+            if ["Issue #", "Pull request #"].iter().any(|p| {
+                head.strip_prefix(p)
+                    .is_some_and(|n| n.parse::<u64>().is_ok())
+            }) =>
+        {
+            rest
+        }
+        _ => first,
+    };
+    let s = slug(first);
     let tail: String = run_id
         .chars()
         .rev()
