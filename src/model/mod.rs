@@ -61,6 +61,12 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
         ctx: &'a CallContext,
     ) -> BoxFuture<'a, Result<Reply>>;
 
+    /// How many provider requests one call of `req` may make at most (the budget reserves
+    /// that many worst cases). One, except where a client has a second way to get an answer.
+    fn requests_per_call(&self, _req: &Request) -> u32 {
+        1
+    }
+
     /// On resume, pass over the reply an interrupted run already got for `role`. Live models
     /// have nothing to skip; a replayed script moves past the line that call consumed.
     fn skip_replayed(&self, _role: Role) {}

@@ -147,6 +147,10 @@ impl OpenAiClient {
         if let Some(t) = req.temperature.filter(|_| !reasoning) {
             body["temperature"] = json!(t);
         }
+        if let Some((name, schema)) = &req.json_schema {
+            body["response_format"] = json!({"type": "json_schema", "json_schema": {
+                "name": name, "schema": schema, "strict": true}});
+        }
         if !req.tools.is_empty() {
             // Forcing one tool by name (`{"type":"function",…}`) is OpenAI's form; llama-server
             // silently reads it as "auto" and other servers vary. "required" with only that
@@ -272,12 +276,88 @@ impl ModelClient for OpenAiClient {
         req: &'a Request,
         ctx: &'a CallContext,
     ) -> BoxFuture<'a, Result<Reply>> {
-        Box::pin(http::with_retries(
-            &self.opts.net,
-            &self.caller,
-            ctx,
-            move || self.attempt(req, ctx),
-        ))
+        Box::pin(async move {
+            let reply = http::with_retries(&self.opts.net, &self.caller, ctx, move || {
+                self.attempt(req, ctx)
+            })
+            .await?;
+            match self.forced_tool(req) {
+                Some(tool) if reply.tool_calls.is_empty() => {
+                    self.forced_by_schema(req, ctx, tool, reply).await
+                }
+                _ => Ok(reply),
+            }
+        })
+    }
+
+    fn requests_per_call(&self, req: &Request) -> u32 {
+        if self.forced_tool(req).is_some() {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+impl OpenAiClient {
+    /// The tool a request forces, when a compatible server (not OpenAI itself, which honours
+    /// the named form) is asked.
+    fn forced_tool<'r>(&self, req: &'r Request) -> Option<&'r crate::model::ToolSpec> {
+        match &req.tool_choice {
+            ToolChoice::Tool(name) if !self.official && req.json_schema.is_none() => {
+                req.tools.iter().find(|t| t.name == *name)
+            }
+            _ => None,
+        }
+    }
+
+    /// A compatible server answered a forced tool with text (llama.cpp's forcing grammar lets
+    /// a model write prose first; others ignore `tool_choice`): ask once more for the tool's
+    /// arguments as JSON constrained to its schema (`response_format`, which such servers
+    /// enforce with a grammar) and return them as the call. Usage adds up both requests.
+    /// When the second answer is not that JSON either, the first reply stands.
+    async fn forced_by_schema(
+        &self,
+        req: &Request,
+        ctx: &CallContext,
+        tool: &crate::model::ToolSpec,
+        first: Reply,
+    ) -> Result<Reply> {
+        let mut again = req.clone();
+        again.tools.clear();
+        again.tool_choice = ToolChoice::Auto;
+        again.json_schema = Some((tool.name.clone(), tool.parameters.clone()));
+        again.messages.push(Message::user(format!(
+            "Answer with only the JSON arguments for the tool `{}`.",
+            tool.name
+        )));
+        let again_ref = &again;
+        let second = http::with_retries(&self.opts.net, &self.caller, ctx, move || {
+            self.attempt(again_ref, ctx)
+        })
+        .await?;
+        let mut usage = first.usage;
+        usage.input_tokens += second.usage.input_tokens;
+        usage.output_tokens += second.usage.output_tokens;
+        usage.cached_input_tokens += second.usage.cached_input_tokens;
+        usage.estimated |= second.usage.estimated;
+        match serde_json::from_str::<Value>(second.content.trim()) {
+            Ok(args @ Value::Object(_)) => {
+                tracing::debug!(tool = %tool.name, "forced tool answered by schema-constrained JSON");
+                Ok(Reply {
+                    content: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: format!("call_{}", ulid::Ulid::generate()),
+                        name: tool.name.clone(),
+                        arguments: args,
+                    }],
+                    usage,
+                    stop: StopReason::ToolUse,
+                    model: second.model,
+                })
+            }
+            _ => Ok(Reply { usage, ..first }),
+        }
     }
 }
 

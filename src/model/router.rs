@@ -519,9 +519,13 @@ impl Router {
         let model = route.client.model().to_string();
         let prompt = req.estimate_prompt_tokens();
         let max_out = u64::from(req.max_tokens);
+        let n = u64::from(route.client.requests_per_call(req).max(1));
         let worst = WorstCase {
-            usd: self.prices.worst_case(&provider, &model, prompt, max_out),
-            tokens: prompt + max_out,
+            usd: self
+                .prices
+                .worst_case(&provider, &model, prompt, max_out)
+                .map(|u| u * n as f64),
+            tokens: (prompt + max_out) * n,
         };
         let (reservation, deadline) = {
             let mut b = self.budget.lock().unwrap_or_else(|p| p.into_inner());

@@ -158,6 +158,10 @@ pub struct Request {
     /// Sampling temperature; `None` leaves the provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Constrain the answer to JSON of this schema (`(name, schema)`), where the provider
+    /// can (Chat Completions `response_format`). Clients that cannot ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<(String, serde_json::Value)>,
 }
 
 impl Request {
@@ -170,6 +174,7 @@ impl Request {
             tool_choice: ToolChoice::Auto,
             max_tokens,
             temperature: None,
+            json_schema: None,
         }
     }
 

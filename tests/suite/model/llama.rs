@@ -16,7 +16,9 @@
 //!   server that is not the provider's own;
 //! - "required" lets free text precede the first call and blocks the end of turn until a
 //!   call comes, so a model that writes no call runs to `max_tokens` (`finish_reason:
-//!   length`, text only): read as `MaxTokens` with text, never as a tool call;
+//!   length`, text only). With a tool forced by name the OpenAI client then asks once more
+//!   for the arguments under `response_format` `json_schema` (which the server enforces
+//!   with a grammar) and returns that JSON as the call; the budget reserves both requests;
 //! - 503 `Loading model` until the model is loaded: retried like any 503;
 //! - usage arrives in the last stream chunk with `stream_options.include_usage`;
 //! - the reply's `model` is the GGUF path, not the requested name: prices and budgets use
@@ -290,9 +292,10 @@ async fn llama_server_takes_a_tool_call_and_its_result_threaded_back() {
     );
 }
 
-/// A tool forced by name comes back as a parsed tool call.
+/// A tool forced by name comes back as a parsed tool call. SmolLM2 answers the forcing
+/// grammar with prose; the client then asks for the arguments as JSON constrained to the
+/// tool's schema (`response_format`), which the server enforces with a grammar.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "SmolLM2-135M never writes a tool call: this llama.cpp's forcing grammar (tool_choice required) allows free text before the first <tool_call>, and the model writes prose until max_tokens (finish_reason length and no call at 40, 64 and 128 tokens); llama_server_renders_tools_and_a_forced_tool_blocks_a_plain_answer checks what can be checked"]
 async fn llama_server_forced_tool_call() {
     let server = start().await;
     let c = client(&server.base);

@@ -364,6 +364,59 @@ async fn text_when_a_tool_was_expected_is_returned_as_text() {
     assert_eq!(server.requests()[0].body["tool_choice"], "required");
 }
 
+/// A compatible server that answers a forced tool with text gets a second request for the
+/// arguments as JSON constrained to the tool's schema; the JSON comes back as the call, with
+/// both requests' usage. When that is not JSON either, the text reply stands.
+#[tokio::test]
+async fn forced_tool_answered_with_text_is_asked_again_under_the_schema() {
+    let server = Server::start(vec![
+        text_stream(&["Let me think about Paris."], 5, 7),
+        text_stream(&["{\"city\": ", "\"Paris\"}"], 11, 13),
+    ])
+    .await;
+    let c = client(&server.url(), "m", true, net());
+    let mut req = Request::new(vec![Message::user("weather?")], 50);
+    req.tools = vec![weather_tool()];
+    req.tool_choice = ToolChoice::Tool("get_weather".into());
+    let reply = c
+        .complete(&req, &CallContext::new(Role::Coder))
+        .await
+        .unwrap();
+    assert_eq!(reply.tool_calls.len(), 1, "{reply:?}");
+    assert_eq!(reply.tool_calls[0].name, "get_weather");
+    assert_eq!(reply.tool_calls[0].arguments, json!({"city": "Paris"}));
+    assert_eq!(reply.stop, StopReason::ToolUse);
+    assert_eq!(
+        (reply.usage.input_tokens, reply.usage.output_tokens),
+        (16, 20)
+    );
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].body["tool_choice"], "required");
+    let second = &reqs[1].body;
+    assert!(second.get("tools").is_none(), "{second}");
+    assert_eq!(second["response_format"]["type"], "json_schema");
+    assert_eq!(
+        second["response_format"]["json_schema"]["schema"],
+        weather_tool().parameters
+    );
+    assert_eq!(c.requests_per_call(&req), 2, "the budget reserves both");
+
+    // Not JSON the second time either: the first answer stands, nothing invented.
+    let server = Server::start(vec![
+        text_stream(&["Prose."], 5, 5),
+        text_stream(&["still prose"], 5, 5),
+    ])
+    .await;
+    let c = client(&server.url(), "m", true, net());
+    let reply = c
+        .complete(&req, &CallContext::new(Role::Coder))
+        .await
+        .unwrap();
+    assert!(reply.tool_calls.is_empty());
+    assert_eq!(reply.content, "Prose.");
+}
+
 #[tokio::test]
 async fn rate_limit_honours_retry_after() {
     let server = Server::start(vec![
