@@ -208,6 +208,16 @@ pub enum Heartbeat {
     Lost,
 }
 
+/// Which jobs a claim may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Any runnable job.
+    Any,
+    /// Only jobs without a lane (control commands such as `/agent stop`), so a worker kept
+    /// for them answers a stop while every other worker is busy with a run.
+    Unlaned,
+}
+
 /// Jobs counted by state, for `/metrics`.
 pub type StateCounts = Vec<(JobState, u64)>;
 
@@ -217,8 +227,8 @@ pub trait Store: Send + Sync {
     /// Store a verified delivery and its job in one transaction (see the module rules).
     async fn enqueue(&self, delivery: &NewDelivery) -> Result<Enqueued>;
     /// Claim the oldest runnable job for `owner` for `lease`: a queued job whose lane has no
-    /// running job, or a running job whose lease expired.
-    async fn claim(&self, owner: &str, lease: Duration) -> Result<Option<Job>>;
+    /// running job, or a running job whose lease expired; `which` narrows the choice.
+    async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>>;
     /// Renew the lease of `job` held by `owner`.
     async fn heartbeat(&self, job: &str, owner: &str, lease: Duration) -> Result<Heartbeat>;
     /// Record the run a job started, so a later attempt can find it. False if the lease is

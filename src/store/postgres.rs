@@ -12,8 +12,8 @@ use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 
 use super::sqlite::{counts_of, job_cols, job_of};
 use super::{
-    Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts, Store,
-    display_url, ms, new_id, now_ms, state_of,
+    Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
+    Store, display_url, ms, new_id, now_ms, state_of,
 };
 
 /// Serializes schema creation between processes starting at once.
@@ -166,16 +166,17 @@ impl Store for PostgresStore {
         Ok(out)
     }
 
-    async fn claim(&self, owner: &str, lease: Duration) -> Result<Option<Job>> {
+    async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>> {
         let now = now_ms();
         let row = sqlx::query(concat!(
             "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2,
                  attempts = attempts + 1, updated_at = $3
              WHERE id = (
                  SELECT j.id FROM jobs j
-                 WHERE (j.state = 'queued' AND (j.lane IS NULL OR NOT EXISTS (
+                 WHERE ($4 = 0 OR j.lane IS NULL)
+                   AND ((j.state = 'queued' AND (j.lane IS NULL OR NOT EXISTS (
                          SELECT 1 FROM jobs r WHERE r.lane = j.lane AND r.state = 'running')))
-                    OR (j.state = 'running' AND j.lease_until < $3)
+                    OR (j.state = 'running' AND j.lease_until < $3))
                  ORDER BY j.created_at, j.id
                  LIMIT 1
                  FOR UPDATE SKIP LOCKED)
@@ -185,6 +186,7 @@ impl Store for PostgresStore {
         .bind(owner)
         .bind(now.saturating_add(ms(lease)))
         .bind(now)
+        .bind(i64::from(which == Claim::Unlaned))
         .fetch_optional(&self.pool)
         .await;
         match row {

@@ -17,8 +17,8 @@ use sqlx::sqlite::{
 };
 
 use super::{
-    Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts, Store, ms,
-    new_id, now_ms, state_of,
+    Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
+    Store, ms, new_id, now_ms, state_of,
 };
 
 /// The columns of a [`Job`], in the order [`job_of`] reads them by name.
@@ -264,7 +264,7 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    async fn claim(&self, owner: &str, lease: Duration) -> Result<Option<Job>> {
+    async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>> {
         let now = now_ms();
         let mut tx = self
             .pool
@@ -276,9 +276,10 @@ impl Store for SqliteStore {
                  attempts = attempts + 1, updated_at = ?3
              WHERE id = (
                  SELECT j.id FROM jobs j
-                 WHERE (j.state = 'queued' AND (j.lane IS NULL OR NOT EXISTS (
+                 WHERE (?4 = 0 OR j.lane IS NULL)
+                   AND ((j.state = 'queued' AND (j.lane IS NULL OR NOT EXISTS (
                          SELECT 1 FROM jobs r WHERE r.lane = j.lane AND r.state = 'running')))
-                    OR (j.state = 'running' AND j.lease_until < ?3)
+                    OR (j.state = 'running' AND j.lease_until < ?3))
                  ORDER BY j.created_at, j.id
                  LIMIT 1)
              RETURNING ",
@@ -287,6 +288,7 @@ impl Store for SqliteStore {
         .bind(owner)
         .bind(now.saturating_add(ms(lease)))
         .bind(now)
+        .bind(i64::from(which == Claim::Unlaned))
         .fetch_optional(&mut *tx)
         .await
         .map_err(Error::db("claim a job"))?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use git_agent::store::{
-    Enqueued, Finish, Heartbeat, JobState, NewDelivery, PostgresStore, SqliteStore, Store,
+    Claim, Enqueued, Finish, Heartbeat, JobState, NewDelivery, PostgresStore, SqliteStore, Store,
 };
 
 /// A store in a fresh temp directory (kept alive by the returned guard).
@@ -135,7 +135,7 @@ async fn fifty_concurrent_copies_make_one_job(store: Arc<dyn Store>) {
 
 async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
     let id = store.enqueue(&delivery("r-1", None)).await.unwrap();
-    let job = store.claim("w1", LEASE).await.unwrap().unwrap();
+    let job = store.claim("w1", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(job.id, id.job_id());
     assert_eq!(job.attempts, 1);
     assert!(
@@ -151,7 +151,7 @@ async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
             job_id: job.id.clone()
         }
     );
-    let job = store.claim("w2", LEASE).await.unwrap().unwrap();
+    let job = store.claim("w2", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(job.attempts, 2, "the requeued job is claimed again");
     assert!(
         store
@@ -167,7 +167,14 @@ async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
             state: JobState::Succeeded
         }
     );
-    assert!(store.claim("w3", LEASE).await.unwrap().is_none(), "no work");
+    assert!(
+        store
+            .claim("w3", LEASE, Claim::Any)
+            .await
+            .unwrap()
+            .is_none(),
+        "no work"
+    );
     let done = store.job(&job.id).await.unwrap().unwrap();
     assert_eq!(done.state, JobState::Succeeded);
     assert_eq!(done.run_id.as_deref(), Some("01RUN"));
@@ -179,14 +186,28 @@ async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
 async fn expired_lease_is_claimed_again_and_old_owner_is_locked_out(store: Arc<dyn Store>) {
     store.enqueue(&delivery("l-1", None)).await.unwrap();
     let short = Duration::from_millis(300);
-    let job = store.claim("dead", short).await.unwrap().unwrap();
-    assert!(store.claim("other", short).await.unwrap().is_none());
+    let job = store
+        .claim("dead", short, Claim::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        store
+            .claim("other", short, Claim::Any)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         store.heartbeat(&job.id, "dead", short).await.unwrap(),
         Heartbeat::Held { cancel: false }
     );
     tokio::time::sleep(Duration::from_millis(450)).await;
-    let again = store.claim("alive", LEASE).await.unwrap().unwrap();
+    let again = store
+        .claim("alive", LEASE, Claim::Any)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(again.id, job.id);
     assert_eq!(again.attempts, 2);
     assert_eq!(
@@ -216,18 +237,18 @@ async fn one_running_job_per_lane(store: Arc<dyn Store>) {
     let a = store.enqueue(&delivery("a", Some("o/r#7"))).await.unwrap();
     let b = store.enqueue(&delivery("b", Some("o/r#7"))).await.unwrap();
     let c = store.enqueue(&delivery("c", Some("o/r#8"))).await.unwrap();
-    let first = store.claim("w", LEASE).await.unwrap().unwrap();
+    let first = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(first.id, a.job_id());
-    let second = store.claim("w", LEASE).await.unwrap().unwrap();
+    let second = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(second.id, c.job_id(), "b waits for a, c's lane is free");
-    assert!(store.claim("w", LEASE).await.unwrap().is_none());
+    assert!(store.claim("w", LEASE, Claim::Any).await.unwrap().is_none());
     assert!(
         store
             .finish(&first.id, "w", &finish(JobState::Succeeded))
             .await
             .unwrap()
     );
-    let third = store.claim("w", LEASE).await.unwrap().unwrap();
+    let third = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(third.id, b.job_id());
 }
 
@@ -235,7 +256,7 @@ async fn stop_cancels_queued_and_flags_running(store: Arc<dyn Store>) {
     let a = store.enqueue(&delivery("a", Some("o/r#1"))).await.unwrap();
     let b = store.enqueue(&delivery("b", Some("o/r#1"))).await.unwrap();
     let other = store.enqueue(&delivery("o", Some("o/r#2"))).await.unwrap();
-    let running = store.claim("w", LEASE).await.unwrap().unwrap();
+    let running = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(running.id, a.job_id());
     assert_eq!(store.cancel_lane("o/r#1", "none").await.unwrap(), 2);
     assert_eq!(
@@ -262,13 +283,13 @@ async fn stop_cancels_queued_and_flags_running(store: Arc<dyn Store>) {
 
 async fn release_gives_the_job_back(store: Arc<dyn Store>) {
     store.enqueue(&delivery("x", Some("o/r#3"))).await.unwrap();
-    let job = store.claim("w1", LEASE).await.unwrap().unwrap();
+    let job = store.claim("w1", LEASE, Claim::Any).await.unwrap().unwrap();
     assert!(!store.release(&job.id, "w2").await.unwrap(), "not w2's");
     assert!(store.release(&job.id, "w1").await.unwrap());
     let j = store.job(&job.id).await.unwrap().unwrap();
     assert_eq!(j.state, JobState::Queued);
     assert_eq!(j.attempts, 0, "a release is not an attempt");
-    let again = store.claim("w2", LEASE).await.unwrap().unwrap();
+    let again = store.claim("w2", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(again.id, job.id);
     assert_eq!(again.attempts, 1);
 }
@@ -291,7 +312,7 @@ async fn concurrent_claimers_never_share_a_job(store: Arc<dyn Store>) {
             let mut got = Vec::new();
             let mut idle = 0;
             while idle < 20 {
-                match store.claim(&owner, LEASE).await.unwrap() {
+                match store.claim(&owner, LEASE, Claim::Any).await.unwrap() {
                     Some(job) => {
                         idle = 0;
                         got.push(job.id.clone());
@@ -320,6 +341,33 @@ async fn concurrent_claimers_never_share_a_job(store: Arc<dyn Store>) {
     assert_eq!(unique.len(), 30, "none twice");
     let counts = store.counts().await.unwrap();
     assert_eq!(count(&counts, JobState::Succeeded), 30);
+}
+
+async fn control_claims_take_only_unlaned_jobs(store: Arc<dyn Store>) {
+    let run = store
+        .enqueue(&delivery("run", Some("o/r#1")))
+        .await
+        .unwrap();
+    let stop = store.enqueue(&delivery("stop", None)).await.unwrap();
+    let first = store
+        .claim("ctl", LEASE, Claim::Unlaned)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        first.id,
+        stop.job_id(),
+        "the older laned job is passed over"
+    );
+    assert!(
+        store
+            .claim("ctl", LEASE, Claim::Unlaned)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let next = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
+    assert_eq!(next.id, run.job_id());
 }
 
 async fn recent_is_newest_first(store: Arc<dyn Store>) {
@@ -368,6 +416,7 @@ both_stores!(
     release_gives_the_job_back,
     concurrent_claimers_never_share_a_job,
     recent_is_newest_first,
+    control_claims_take_only_unlaned_jobs,
 );
 
 #[tokio::test]
