@@ -65,6 +65,8 @@ pub enum Command {
     Map(map_cmd::Args),
     /// Rank the files most relevant to a goal, issue text or CI log.
     Locate(locate_cmd::Args),
+    /// Run the webhook bot: receive GitHub App deliveries, queue them, run them.
+    Serve(serve_cmd::Args),
 }
 
 mod config_cmd;
@@ -75,6 +77,7 @@ mod locate_cmd;
 mod map_cmd;
 mod policy_cmd;
 mod runs_cmd;
+mod serve_cmd;
 
 /// Parse the command line, run it and map the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -86,7 +89,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_tracing(&cli.log);
+    // `serve` sets up its own logging (it has a JSON format).
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_tracing(&cli.log);
+    }
     let result = match cli.command {
         Command::Config(args) => config_cmd::run(args),
         Command::Status(args) => runs_cmd::status(args),
@@ -100,6 +106,7 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => demo_cmd::run(args),
         Command::Map(args) => map_cmd::run(args),
         Command::Locate(args) => locate_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(args, &cli.log),
     };
     match result {
         Ok(code) => ExitCode::from(code),

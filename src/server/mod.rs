@@ -9,6 +9,7 @@
 //! are the `store`'s.
 
 mod error;
+pub mod github;
 mod metrics;
 pub mod runner;
 pub mod signature;

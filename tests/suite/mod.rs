@@ -7,6 +7,7 @@ mod github;
 mod index;
 mod model;
 mod run;
+mod serve_crash;
 mod server;
 mod store;
 mod tools;
