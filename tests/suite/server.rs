@@ -623,3 +623,60 @@ async fn healthz_metrics_and_status_page() {
     assert!(report.contains("&lt;script&gt;alert(1)&lt;/script&gt; all green"));
     assert!(!report.contains("<script>"));
 }
+
+/// The status page in Debian's Chromium (`GIT_AGENT_TEST_CHROMIUM`, set by
+/// `.ci/setup/chromium.sh`): a finished run with its state and pull-request link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_in_headless_chromium_shows_a_finished_run_with_its_link() {
+    let chromium = std::env::var("GIT_AGENT_TEST_CHROMIUM")
+        .expect("GIT_AGENT_TEST_CHROMIUM is not set: run .ci/run, or source .ci/setup/chromium.sh");
+    let bot = start(ok_runner(), 1).await;
+    let client = client();
+    let job = job_of(
+        deliver(
+            &client,
+            &bot.url,
+            "issues",
+            "ch-1",
+            issue_payload(12, "<b>bold</b> title"),
+        )
+        .await,
+    )
+    .await;
+    wait_state(&bot.store, &job, JobState::Succeeded).await;
+    let page = format!("{}/?token=let-me-see", bot.url);
+    let profile = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(&page)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let row_start = dom
+        .find(&format!("data-job=\"{job}\""))
+        .expect("the job's row");
+    let row = &dom[row_start..dom[row_start..].find("</tr>").unwrap() + row_start];
+    assert!(row.contains("<td class=\"state\">succeeded</td>"), "{row}");
+    assert!(
+        row.contains("<a class=\"pr\" href=\"https://github.com/octo/repo/pull/1\">"),
+        "{row}"
+    );
+    assert!(
+        row.contains(&format!("href=\"/jobs/{job}/report?token=let-me-see\"")),
+        "{row}"
+    );
+    assert!(row.contains("octo/repo"));
+}
