@@ -53,6 +53,10 @@ fn free_port() -> u16 {
 }
 
 fn spawn_serve(db: &std::path::Path, port: u16, api: &str, kill_at: Option<&str>) -> Child {
+    spawn_serve_url(&format!("sqlite://{}", db.display()), port, api, kill_at)
+}
+
+fn spawn_serve_url(db_url: &str, port: u16, api: &str, kill_at: Option<&str>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-agent"));
     cmd.args([
         "serve",
@@ -66,7 +70,7 @@ fn spawn_serve(db: &std::path::Path, port: u16, api: &str, kill_at: Option<&str>
     .arg("--listen")
     .arg(format!("127.0.0.1:{port}"))
     .arg("--database-url")
-    .arg(format!("sqlite://{}", db.display()))
+    .arg(db_url)
     .arg("--github-api")
     .arg(api)
     .env("GIT_AGENT_WEBHOOK_SECRET", super::server::SECRET)
@@ -238,4 +242,73 @@ fn serve_refuses_to_start_without_a_webhook_secret() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no webhook secret"), "{err}");
+}
+
+/// Two `serve` processes on one Postgres: deliveries sent to either (the same delivery to
+/// both at once, too) are each worked exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_postgres_work_each_job_once() {
+    let db_url = super::store::pg_fresh_url().await;
+    let (api, fake) = fake_github().await;
+    let ports = [free_port(), free_port()];
+    let mut children: Vec<Child> = ports
+        .iter()
+        .map(|p| spawn_serve_url(&db_url, *p, &api, None))
+        .collect();
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    for u in &urls {
+        wait_healthy(u).await;
+    }
+    let c = client();
+    let mut sends = Vec::new();
+    for i in 0..12u64 {
+        for u in &urls {
+            // Every delivery goes to both servers at once.
+            let (c, u) = (c.clone(), u.clone());
+            sends.push(tokio::spawn(async move {
+                deliver(
+                    &c,
+                    &u,
+                    "issues",
+                    &format!("pg-{i}"),
+                    issue_payload(100 + i, "pg"),
+                )
+                .await
+            }));
+        }
+    }
+    for s in sends {
+        let r = s.await.unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+    let store = git_agent::store::PostgresStore::connect(&db_url)
+        .await
+        .unwrap();
+    let mut finished = Vec::new();
+    for _ in 0..400 {
+        finished = store.recent(100).await.unwrap();
+        if finished.len() == 12 && finished.iter().all(|j| j.state.is_finished()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(finished.len(), 12, "one job per delivery");
+    for j in &finished {
+        assert_eq!(j.state, JobState::Succeeded, "{j:?}");
+        assert_eq!(j.attempts, 1, "claimed once: {j:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.permission_calls.load(Ordering::SeqCst),
+        12,
+        "each job worked once"
+    );
+    assert_eq!(store.delivery_count().await.unwrap(), 12);
+    for child in &mut children {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }
