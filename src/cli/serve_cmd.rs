@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
-use crate::server::github::{Credentials, GitHubRunner, Publisher};
+use crate::server::github::{Credentials, GitHubRunner, Publisher, Target};
 use crate::server::{self, AppState, JobRunner, WorkerOptions};
 use crate::store;
 
@@ -57,6 +57,9 @@ pub struct Args {
         default_value = "https://api.github.com"
     )]
     pub github_api: String,
+    /// Base of the repositories' git remotes (`OWNER/NAME.git` is appended).
+    #[arg(long, env = "GIT_AGENT_GIT_BASE", default_value = "https://github.com")]
+    pub git_base: String,
     /// Seconds a worker holds a job without a heartbeat before another may take it.
     #[arg(long, env = "GIT_AGENT_LEASE_SECS", default_value_t = 120)]
     pub lease_secs: u64,
@@ -91,23 +94,156 @@ fn init_tracing(filter: &str, format: LogFormat) {
     };
 }
 
-/// A publisher that refuses: the shared publish path is not wired in this build.
-struct NoPublisher;
+/// The bot's run path until the shared `run::publish` is in: mirror the repository's base
+/// branch into a bare repository under the state directory, run the engine there, push the
+/// branch and the run record, open the draft pull request.
+struct EnginePublisher {
+    mirrors: PathBuf,
+}
 
 #[async_trait::async_trait]
-impl Publisher for NoPublisher {
+impl Publisher for EnginePublisher {
     async fn publish(
         &self,
         triggered: crate::trigger::Triggered,
-        _forge: Arc<dyn crate::forge::Forge>,
-        _cancel: CancellationToken,
+        target: Target,
+        cancel: CancellationToken,
     ) -> server::Result<server::RunSummary> {
-        Err(server::Error::Runner {
-            job: triggered.task.key,
-            message: "this build cannot run tasks from webhooks yet (run::publish is not wired)"
-                .into(),
+        let key = triggered.task.key.clone();
+        let mirrors = self.mirrors.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // The engine's future is not Send (a repository handle is not Sync): it gets a thread
+        // and a current-thread runtime of its own.
+        std::thread::spawn(move || {
+            let result = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(async move {
+                    tokio::select! {
+                        r = engine_publish(&mirrors, triggered, target) => r,
+                        () = cancel.cancelled() => Err(anyhow::anyhow!("cancelled")),
+                    }
+                }),
+                Err(e) => Err(anyhow::anyhow!("cannot start a runtime for the run: {e}")),
+            };
+            let _ = tx.send(result);
+        });
+        let result = rx.await.map_err(|_| server::Error::Runner {
+            job: key.clone(),
+            message: "the run's thread died".into(),
+        })?;
+        result.map_err(|e| server::Error::Runner {
+            job: key,
+            message: format!("{e:#}"),
         })
     }
+}
+
+async fn engine_publish(
+    mirrors: &std::path::Path,
+    triggered: crate::trigger::Triggered,
+    target: Target,
+) -> anyhow::Result<server::RunSummary> {
+    use crate::workspace::{Credentials as GitCredentials, Repo, run_ref};
+    let task = triggered.task;
+    let repo_ref = task.repo.clone().context("the task names no repository")?;
+    let dir = mirrors
+        .join(&repo_ref.owner)
+        .join(format!("{}.git", repo_ref.name));
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        gix::init_bare(&dir).with_context(|| format!("cannot init {}", dir.display()))?;
+    }
+    let repo = Repo::open(&dir)?;
+    let creds = target
+        .git_token
+        .as_ref()
+        .map(|t| GitCredentials::Token(secrecy::ExposeSecret::expose_secret(t).to_string()));
+    repo.fetch_branch(&target.remote, &task.base, creds.as_ref())
+        .with_context(|| format!("cannot fetch {} from {}", task.base, target.remote))?;
+    let cfg = crate::cli::context::load_config(Some((&repo, &task.base)), None, Vec::new())?;
+    let prefix = cfg.settings.git.branch_prefix.clone();
+    let svc = run_services(repo, cfg)?;
+    let out = crate::run::engine::start(&svc, task.clone(), Default::default()).await?;
+    let rec = out.record;
+    let (spend_usd, _) = rec.spend();
+    let report = std::fs::read_to_string(out.run_dir.join(crate::run::record::files::PR)).ok();
+    let mut pr_url = None;
+    if !rec.commits.is_empty() {
+        let refs = vec![format!("refs/heads/{}", rec.branch), run_ref(&rec.run_id)];
+        target
+            .forge
+            .push(svc.repo.clone(), &target.remote, &refs, &prefix)
+            .await
+            .context("cannot push the run branch")?;
+        let pr = target
+            .forge
+            .open_draft_pr(
+                &repo_ref,
+                &crate::forge::PrRequest {
+                    title: crate::run::record::first_line(&task.goal, 72),
+                    body: report.clone().unwrap_or_default(),
+                    head: rec.branch.clone(),
+                    base: task.base.clone(),
+                },
+            )
+            .await
+            .context("cannot open the draft pull request")?;
+        pr_url = Some(pr.html_url);
+    }
+    Ok(server::RunSummary {
+        run_id: rec.run_id.clone(),
+        state: rec.state.as_str().to_string(),
+        pr_url,
+        report,
+        spend_usd,
+        detail: format!("run {} {}", rec.run_id, rec.state.as_str()),
+    })
+}
+
+fn run_services(
+    repo: crate::workspace::Repo,
+    cfg: crate::config::Config,
+) -> anyhow::Result<crate::run::engine::Services> {
+    use crate::model::{Router, RouterOptions};
+    let env = |k: &str| std::env::var(k).ok();
+    let router = Router::from_settings(
+        &cfg.settings,
+        &RouterOptions {
+            model_flags: Vec::new(),
+            record: None,
+            resume: None,
+        },
+        &env,
+    )?;
+    if router.spec(crate::model::Role::Coder).is_none() {
+        bail!("no model is configured for the bot: set [models] coder or GIT_AGENT_MODELS_CODER");
+    }
+    let mut key_names: Vec<String> = Vec::new();
+    for p in [
+        &cfg.settings.providers.openai,
+        &cfg.settings.providers.anthropic,
+        &cfg.settings.providers.ollama,
+    ] {
+        if let Some(k) = &p.api_key_env {
+            key_names.push(k.clone());
+        }
+    }
+    let redactor = crate::audit::redact::Redactor::from_process_env(&key_names)?;
+    let exec_options = crate::exec::ExecOptions::from_settings(&cfg.settings);
+    Ok(crate::run::engine::Services {
+        config: cfg,
+        repo,
+        router: Arc::new(router),
+        redactor: Arc::new(redactor),
+        progress: Arc::new(|e: &crate::run::engine::RunEvent| {
+            tracing::debug!(event = ?e, "run progress");
+        }),
+        exec_options,
+        warm_pool: false,
+    })
 }
 
 /// Run the server until SIGINT or SIGTERM.
@@ -167,7 +303,10 @@ pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
             },
             trigger: crate::config::TriggerConfig::default(),
             trigger_options: crate::trigger::Options::default(),
-            publisher: Arc::new(NoPublisher),
+            git_base: args.git_base.clone(),
+            publisher: Arc::new(EnginePublisher {
+                mirrors: state.join("repos"),
+            }),
         });
         let lease = Duration::from_secs(args.lease_secs.max(1));
         let opts = WorkerOptions {

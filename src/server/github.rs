@@ -38,15 +38,26 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// Runs a triggered task to its pull request: the one path shared with `git agent action`
-/// (`run::publish`), put behind a trait so the worker does not depend on how it is done.
+/// Where a run's branch goes and with which credentials.
+#[derive(Clone)]
+pub struct Target {
+    /// The forge (permissions, pull requests, comments).
+    pub forge: Arc<dyn Forge>,
+    /// The git remote of the repository (`https://github.com/OWNER/NAME.git`, or a path).
+    pub remote: String,
+    /// The token git uses over HTTPS (an installation token), if any.
+    pub git_token: Option<SecretString>,
+}
+
+/// Runs a triggered task to its pull request, put behind a trait so the worker does not
+/// depend on how it is done (the seam for the shared `run::publish`).
 #[async_trait]
 pub trait Publisher: Send + Sync {
-    /// Run (or resume) `triggered` and publish it on `forge`; return soon once `cancel` fires.
+    /// Run `triggered` and publish it on `target`; return soon once `cancel` fires.
     async fn publish(
         &self,
         triggered: Triggered,
-        forge: Arc<dyn Forge>,
+        target: Target,
         cancel: CancellationToken,
     ) -> Result<RunSummary>;
 }
@@ -57,6 +68,8 @@ pub struct GitHubRunner {
     pub credentials: Credentials,
     /// GitHub client options (API base for Enterprise Server or a test server).
     pub options: GitHubOptions,
+    /// Base of the git remotes: `https://github.com` gives `https://github.com/OWNER/NAME.git`.
+    pub git_base: String,
     /// The trigger section of the configuration.
     pub trigger: TriggerConfig,
     /// Trigger behaviour.
@@ -105,7 +118,8 @@ impl JobRunner for GitHubRunner {
                 });
             }
         };
-        let forge: Arc<dyn Forge> = Arc::new(self.forge_for(job, &payload)?);
+        let github = Arc::new(self.forge_for(job, &payload)?);
+        let forge: Arc<dyn Forge> = github.clone();
         let outcome = trigger::evaluate(
             forge.as_ref(),
             &self.trigger,
@@ -127,8 +141,25 @@ impl JobRunner for GitHubRunner {
                 reason: "`/agent retry` is not handled by the webhook bot yet; redeliver the request".into(),
             }),
             Outcome::Run(triggered) => {
+                let Some(repo) = triggered.task.repo.clone() else {
+                    return Err(fail("the task names no repository".into()));
+                };
+                let git_token = github
+                    .git_token()
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                let target = Target {
+                    forge,
+                    remote: format!(
+                        "{}/{}/{}.git",
+                        self.git_base.trim_end_matches('/'),
+                        repo.owner,
+                        repo.name
+                    ),
+                    git_token: Some(SecretString::from(git_token)),
+                };
                 self.publisher
-                    .publish(*triggered, forge, cancel)
+                    .publish(*triggered, target, cancel)
                     .await
                     .map(JobOutcome::Ran)
             }

@@ -8,6 +8,7 @@ mod index;
 mod model;
 mod run;
 mod serve_crash;
+mod serve_e2e;
 mod server;
 mod store;
 mod tools;
