@@ -166,7 +166,15 @@ async fn engine_publish(
     let cfg = crate::cli::context::load_config(Some((&repo, &task.base)), None, Vec::new())?;
     let prefix = cfg.settings.git.branch_prefix.clone();
     let svc = run_services(repo, cfg)?;
-    let out = crate::run::engine::start(&svc, task.clone(), Default::default()).await?;
+    // A job claimed again after its worker died continues the run of the same request
+    // (one branch, one PR) instead of starting another.
+    let out = match earlier_run(&svc.repo, &task.key) {
+        Some(run_id) => {
+            tracing::info!(%run_id, key = %task.key, "continuing the earlier run of this request");
+            crate::run::engine::resume(&svc, &run_id, false, "git-agent").await?
+        }
+        None => crate::run::engine::start(&svc, task.clone(), Default::default()).await?,
+    };
     let rec = out.record;
     let (spend_usd, _) = rec.spend();
     let report = std::fs::read_to_string(out.run_dir.join(crate::run::record::files::PR)).ok();
@@ -201,6 +209,23 @@ async fn engine_publish(
         spend_usd,
         detail: format!("run {} {}", rec.run_id, rec.state.as_str()),
     })
+}
+
+/// The newest run in the mirror whose task has `key`.
+fn earlier_run(repo: &crate::workspace::Repo, key: &str) -> Option<String> {
+    let runs = repo.agent_dir().join("runs");
+    let mut found: Vec<String> = std::fs::read_dir(&runs)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let id = e.file_name().to_string_lossy().into_owned();
+            let rec = crate::run::record::RunRecord::load(&e.path()).ok()?;
+            (rec.task.key == key).then_some(id)
+        })
+        .collect();
+    // Run ids are ULIDs: the largest is the newest.
+    found.sort();
+    found.pop()
 }
 
 fn run_services(

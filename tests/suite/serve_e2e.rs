@@ -52,8 +52,17 @@ fn labeled_example() -> Value {
     p
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
+struct World {
+    tmp: tempfile::TempDir,
+    payload: Value,
+    owner: String,
+    name: String,
+    remote: std::path::PathBuf,
+    fake: std::sync::Arc<Fake>,
+    model: String,
+}
+
+async fn world() -> World {
     let tmp = tempfile::tempdir().unwrap();
     let payload = labeled_example();
     let owner = payload["repository"]["owner"]["login"]
@@ -80,8 +89,11 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
     git(&work, &["init", "-q", "-b", &base]);
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "fixture"]);
-    let remotes = tmp.path().join("remotes");
-    let remote = remotes.join(&owner).join(format!("{name}.git"));
+    let remote = tmp
+        .path()
+        .join("remotes")
+        .join(&owner)
+        .join(format!("{name}.git"));
     std::fs::create_dir_all(remote.parent().unwrap()).unwrap();
     git(
         tmp.path(),
@@ -119,35 +131,77 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
     )
     .unwrap();
     let model = format!("scripted:{}", script.display());
+    World {
+        tmp,
+        payload,
+        owner,
+        name,
+        remote,
+        fake,
+        model,
+    }
+}
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+impl World {
+    fn serve(&self, port: u16, kill_at: Option<&str>) -> std::process::Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-agent"));
+        cmd.args(["serve", "--workers", "1", "--lease-secs", "2"])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--state-dir")
+            .arg(self.tmp.path().join("state"))
+            .arg("--github-api")
+            .arg(self.fake.api_base())
+            .arg("--git-base")
+            .arg(self.tmp.path().join("remotes"))
+            .env("GIT_AGENT_WEBHOOK_SECRET", super::server::SECRET)
+            .env("GITHUB_TOKEN", "test-token")
+            .env("GIT_AGENT_MODELS_PLANNER", &self.model)
+            .env("GIT_AGENT_MODELS_CODER", &self.model)
+            .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
+            .env("GIT_AGENT_LOG", "warn")
+            .env_remove("GIT_AGENT_DATABASE_URL")
+            .stdout(Stdio::null());
+        match kill_at {
+            Some(k) => cmd.env("GIT_AGENT_TEST_KILL_AT", k),
+            None => cmd.env_remove("GIT_AGENT_TEST_KILL_AT"),
+        };
+        cmd.spawn().unwrap()
+    }
+
+    async fn store(&self) -> SqliteStore {
+        SqliteStore::open(&self.tmp.path().join("state/serve.db"))
+            .await
+            .unwrap()
+    }
+
+    fn check_one_pr_and_the_fixed_branch(&self) {
+        let posts = self.fake.requests(
+            "POST",
+            &format!("/repos/{}/{}/pulls", self.owner, self.name),
+        );
+        assert_eq!(posts.len(), 1, "one draft PR");
+        self.fake.assert_clean();
+        let branches = git(
+            &self.remote,
+            &["for-each-ref", "--format=%(refname)", "refs/heads/agent/"],
+        );
+        let all: Vec<&str> = branches.lines().collect();
+        assert_eq!(all.len(), 1, "one branch: {all:?}");
+        let calc = git(&self.remote, &["show", &format!("{}:calc.py", all[0])]);
+        assert!(calc.contains("return a + b"), "{calc}");
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let state = tmp.path().join("state");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_git-agent"))
-        .args(["serve", "--workers", "1"])
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--github-api")
-        .arg(fake.api_base())
-        .arg("--git-base")
-        .arg(&remotes)
-        .env("GIT_AGENT_WEBHOOK_SECRET", super::server::SECRET)
-        .env("GITHUB_TOKEN", "test-token")
-        .env("GIT_AGENT_MODELS_PLANNER", &model)
-        .env("GIT_AGENT_MODELS_CODER", &model)
-        .env("XDG_CONFIG_HOME", tmp.path().join("config"))
-        .env("GIT_AGENT_LOG", "warn")
-        .env_remove("GIT_AGENT_DATABASE_URL")
-        .env_remove("GIT_AGENT_TEST_KILL_AT")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+        .port()
+}
+
+async fn wait_healthy(url: &str) {
     let c = client();
     for _ in 0..200 {
         if c.get(format!("{url}/healthz"))
@@ -155,24 +209,40 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
             .await
             .is_ok_and(|r| r.status() == 200)
         {
-            break;
+            return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let body = serde_json::to_vec(&payload).unwrap();
-    let resp = deliver(&c, &url, "issues", "e2e-1", body.clone()).await;
-    assert_eq!(resp.status(), 202);
-    let store = SqliteStore::open(&state.join("serve.db")).await.unwrap();
-    let mut job = None;
+    panic!("{url} never became healthy");
+}
+
+async fn wait_finished(store: &SqliteStore) -> git_agent::store::Job {
     for _ in 0..1200 {
         let jobs = store.recent(5).await.unwrap();
         if let Some(j) = jobs.into_iter().find(|j| j.state.is_finished()) {
-            job = Some(j);
-            break;
+            return j;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let job = job.expect("the job finished within two minutes");
+    panic!(
+        "the job did not finish within two minutes: {:?}",
+        store.recent(5).await.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
+    let w = world().await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = w.serve(port, None);
+    wait_healthy(&url).await;
+    let c = client();
+    let body = serde_json::to_vec(&w.payload).unwrap();
+    let resp = deliver(&c, &url, "issues", "e2e-1", body.clone()).await;
+    assert_eq!(resp.status(), 202);
+    let store = w.store().await;
+    let job = wait_finished(&store).await;
     assert_eq!(job.state, JobState::Succeeded, "{job:?}");
     assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
     let pr_url = job.pr_url.clone().expect("a pull request");
@@ -187,21 +257,52 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
     let again = deliver(&c, &url, "issues", "e2e-1", body).await;
     assert_eq!(again.status(), 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let posts = fake.requests("POST", &format!("/repos/{owner}/{name}/pulls"));
-    assert_eq!(posts.len(), 1, "one draft PR");
-    fake.assert_clean();
-    // The branch is on the remote with the fix.
-    let branches = git(
-        &remote,
-        &["for-each-ref", "--format=%(refname)", "refs/heads/agent/"],
+    w.check_one_pr_and_the_fixed_branch();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The worker is killed (SIGKILL, at the run's `after-plan` crash point) in the middle of
+/// the run; after a restart the job is claimed again once its lease runs out and the same
+/// run is continued: one branch, one draft PR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_mid_run_continues_the_same_run_after_restart() {
+    let w = world().await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = w.serve(port, Some("after-plan"));
+    wait_healthy(&url).await;
+    let c = client();
+    let resp = deliver(
+        &c,
+        &url,
+        "issues",
+        "e2e-kill",
+        serde_json::to_vec(&w.payload).unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
     );
-    let branch = branches
-        .lines()
-        .next()
-        .expect("the run branch on the remote")
-        .to_string();
-    let calc = git(&remote, &["show", &format!("{branch}:calc.py")]);
-    assert!(calc.contains("return a + b"), "{calc}");
+    let store = w.store().await;
+    assert_eq!(store.recent(5).await.unwrap()[0].state, JobState::Running);
+
+    let mut child = w.serve(port, None);
+    wait_healthy(&url).await;
+    let job = wait_finished(&store).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
+    assert_eq!(job.attempts, 2);
+    let runs: Vec<_> = std::fs::read_dir(w.tmp.path().join("state/repos"))
+        .unwrap()
+        .flat_map(|o| std::fs::read_dir(o.unwrap().path()).unwrap())
+        .flat_map(|r| std::fs::read_dir(r.unwrap().path().join("agent/runs")).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 1, "one run, continued");
+    w.check_one_pr_and_the_fixed_branch();
     child.kill().unwrap();
     child.wait().unwrap();
 }
