@@ -14,6 +14,8 @@ pub mod index;
 pub mod model;
 pub mod policy;
 pub mod run;
+pub mod server;
+pub mod store;
 pub mod task;
 pub mod tools;
 pub mod trigger;

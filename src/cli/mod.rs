@@ -67,6 +67,8 @@ pub enum Command {
     Locate(locate_cmd::Args),
     /// Run inside GitHub Actions: the event becomes a run, a branch and a draft PR.
     Action(action_cmd::ActionArgs),
+    /// Run the webhook bot: receive GitHub App deliveries, queue them, run them.
+    Serve(serve_cmd::Args),
 }
 
 mod action_cmd;
@@ -78,6 +80,7 @@ mod locate_cmd;
 mod map_cmd;
 mod policy_cmd;
 mod runs_cmd;
+mod serve_cmd;
 
 /// Parse the command line, run it and map the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -89,7 +92,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_tracing(&cli.log);
+    // `serve` sets up its own logging (it has a JSON format).
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_tracing(&cli.log);
+    }
     let result = match cli.command {
         Command::Config(args) => config_cmd::run(args),
         Command::Status(args) => runs_cmd::status(args),
@@ -104,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Map(args) => map_cmd::run(args),
         Command::Locate(args) => locate_cmd::run(args),
         Command::Action(args) => action_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(args, &cli.log),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -92,6 +92,33 @@ impl Repo {
         Ok(())
     }
 
+    /// Fetch `refs/heads/<branch>` from `remote` into the same ref here (forced), through the
+    /// same hardened git as [`Repo::push`]: the webhook bot's mirror of a repository.
+    pub fn fetch_branch(
+        &self,
+        remote: &str,
+        branch: &str,
+        creds: Option<&Credentials>,
+    ) -> Result<()> {
+        if remote.starts_with('-') || branch.starts_with('-') || branch.contains("..") {
+            return Err(Error::InvalidName {
+                name: format!("{remote} {branch}"),
+                why: "not a remote and branch".into(),
+            });
+        }
+        let r = format!("refs/heads/{branch}");
+        let args = [
+            "fetch".to_string(),
+            "--no-tags".to_string(),
+            remote.to_string(),
+            format!("+{r}:{r}"),
+        ];
+        let env: Vec<(&str, String)> = creds.map(|c| c.env()).unwrap_or_default();
+        let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        git_cli::run(self.git_dir(), &args, &env_ref)?;
+        Ok(())
+    }
+
     /// Fetch `refs/agent/runs/<run_id>` from `remote` into the same local ref.
     pub fn fetch_run_record(
         &self,

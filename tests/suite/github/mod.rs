@@ -2,6 +2,6 @@
 //! triggers over GitHub's published webhook examples.
 
 mod action;
-mod fake;
+pub mod fake;
 mod forge;
 mod trigger;

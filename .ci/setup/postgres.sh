@@ -1,0 +1,40 @@
+# Set-up for the job store's Postgres tests (sourced by .ci/run under `set -euo pipefail`).
+#
+# - installs Debian's postgresql if missing and starts its cluster on loopback
+#   (pg_ctlcluster runs the server as the postgres user, so this works as root);
+# - creates a login role with CREATEDB (each test makes its own database) and a database;
+# - drops the per-test databases (t_*) a previous run left;
+# - exports GIT_AGENT_TEST_DATABASE_URL. The Postgres tests fail loudly without it.
+# Idempotent: each step is skipped when its result is already in place.
+
+if ! command -v pg_lsclusters >/dev/null 2>&1 || [ -z "$(ls /usr/lib/postgresql 2>/dev/null)" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq postgresql >/dev/null
+fi
+
+PG_VERSION="$(ls /usr/lib/postgresql | sort -V | tail -n 1)"
+PG_CLUSTER=main
+if ! pg_lsclusters -h | awk -v v="$PG_VERSION" -v c="$PG_CLUSTER" '$1==v && $2==c {f=1} END {exit !f}'; then
+  pg_createcluster "$PG_VERSION" "$PG_CLUSTER" -- --auth-local=peer --auth-host=scram-sha-256 >/dev/null
+fi
+PG_PORT="$(pg_lsclusters -h | awk -v v="$PG_VERSION" -v c="$PG_CLUSTER" '$1==v && $2==c {print $3}')"
+if ! pg_lsclusters -h | awk -v v="$PG_VERSION" -v c="$PG_CLUSTER" '$1==v && $2==c && $4=="online" {f=1} END {exit !f}'; then
+  pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" start
+fi
+
+pg_psql() { runuser -u postgres -- psql -p "$PG_PORT" -X -q -v ON_ERROR_STOP=1 "$@"; }
+for _ in $(seq 1 30); do
+  pg_psql -c 'SELECT 1' >/dev/null 2>&1 && break
+  sleep 1
+done
+if ! pg_psql -tAc "SELECT 1 FROM pg_roles WHERE rolname = 'git_agent_test'" | grep -q 1; then
+  pg_psql -c "CREATE ROLE git_agent_test LOGIN CREATEDB PASSWORD 'git_agent_test'"
+fi
+if ! pg_psql -tAc "SELECT 1 FROM pg_database WHERE datname = 'git_agent_test'" | grep -q 1; then
+  pg_psql -c "CREATE DATABASE git_agent_test OWNER git_agent_test"
+fi
+for db in $(pg_psql -tAc "SELECT datname FROM pg_database WHERE datname LIKE 't\_%'"); do
+  pg_psql -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null
+done
+export GIT_AGENT_TEST_DATABASE_URL="postgres://git_agent_test:git_agent_test@127.0.0.1:$PG_PORT/git_agent_test"

@@ -1,0 +1,168 @@
+//! The production [`JobRunner`]: a GitHub client for the delivery's App installation, the
+//! trigger's decision, and — for a run — the shared publish path behind [`Publisher`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use secrecy::{ExposeSecret as _, SecretString};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::runner::{JobInput, JobOutcome, JobRunner, RunSummary};
+use super::{Error, Result};
+use crate::config::TriggerConfig;
+use crate::forge::Forge;
+use crate::forge::github::{Auth, GitHub, GitHubOptions};
+use crate::trigger::{self, Outcome, Triggered};
+
+/// How the bot authenticates to GitHub.
+#[derive(Clone)]
+pub enum Credentials {
+    /// As a GitHub App: each delivery's `installation.id` picks the installation.
+    App {
+        /// `--app-id`.
+        app_id: u64,
+        /// `--app-key`, PEM.
+        key: Arc<SecretString>,
+    },
+    /// One token for every repository (a personal or fine-grained token; tests).
+    Token(Arc<SecretString>),
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::App { app_id, .. } => write!(f, "App {{ app_id: {app_id}, key: *** }}"),
+            Credentials::Token(_) => f.write_str("Token(***)"),
+        }
+    }
+}
+
+/// Where a run's branch goes and with which credentials.
+#[derive(Clone)]
+pub struct Target {
+    /// The forge (permissions, pull requests, comments).
+    pub forge: Arc<dyn Forge>,
+    /// The git remote of the repository (`https://github.com/OWNER/NAME.git`, or a path).
+    pub remote: String,
+    /// The token git uses over HTTPS (an installation token), if any.
+    pub git_token: Option<SecretString>,
+}
+
+/// Runs a triggered task to its pull request, put behind a trait so the worker does not
+/// depend on how it is done (the seam for the shared `run::publish`).
+#[async_trait]
+pub trait Publisher: Send + Sync {
+    /// Run `triggered` and publish it on `target`; return soon once `cancel` fires.
+    async fn publish(
+        &self,
+        triggered: Triggered,
+        target: Target,
+        cancel: CancellationToken,
+    ) -> Result<RunSummary>;
+}
+
+/// The production runner.
+pub struct GitHubRunner {
+    /// Credentials.
+    pub credentials: Credentials,
+    /// GitHub client options (API base for Enterprise Server or a test server).
+    pub options: GitHubOptions,
+    /// Base of the git remotes: `https://github.com` gives `https://github.com/OWNER/NAME.git`.
+    pub git_base: String,
+    /// The trigger section of the configuration.
+    pub trigger: TriggerConfig,
+    /// Trigger behaviour.
+    pub trigger_options: trigger::Options,
+    /// The run-and-publish path.
+    pub publisher: Arc<dyn Publisher>,
+}
+
+impl GitHubRunner {
+    fn forge_for(&self, job: &JobInput, payload: &Value) -> Result<GitHub> {
+        let fail = |message: String| Error::Runner {
+            job: job.job_id.clone(),
+            message,
+        };
+        let auth = match &self.credentials {
+            Credentials::Token(t) => Auth::Token(t.expose_secret().to_string()),
+            Credentials::App { app_id, key } => {
+                let installation_id = payload
+                    .get("installation")
+                    .and_then(|i| i.get("id"))
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| fail("the delivery names no App installation".into()))?;
+                Auth::App {
+                    app_id: *app_id,
+                    private_key_pem: key.expose_secret().to_string(),
+                    installation_id,
+                }
+            }
+        };
+        GitHub::new(auth, self.options.clone()).map_err(|e| fail(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl JobRunner for GitHubRunner {
+    async fn run(&self, job: &JobInput, cancel: CancellationToken) -> Result<JobOutcome> {
+        let fail = |message: String| Error::Runner {
+            job: job.job_id.clone(),
+            message,
+        };
+        let payload: Value = match serde_json::from_slice(&job.payload) {
+            Ok(v) => v,
+            Err(e) => {
+                return Ok(JobOutcome::Ignored {
+                    reason: format!("payload is not JSON: {e}"),
+                });
+            }
+        };
+        let github = Arc::new(self.forge_for(job, &payload)?);
+        let forge: Arc<dyn Forge> = github.clone();
+        let outcome = trigger::evaluate(
+            forge.as_ref(),
+            &self.trigger,
+            &self.trigger_options,
+            &job.event,
+            &payload,
+        )
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+        match outcome {
+            Outcome::Ignored { reason } => Ok(JobOutcome::Ignored { reason }),
+            Outcome::Stop(control) => Ok(JobOutcome::Stop {
+                lane: format!("{}#{}", control.repo, control.number),
+            }),
+            Outcome::Approve { .. } => Ok(JobOutcome::Ignored {
+                reason: "`/agent approve` is not handled by the webhook bot yet; run `git agent resume RUN --approve`".into(),
+            }),
+            Outcome::Retry(_) => Ok(JobOutcome::Ignored {
+                reason: "`/agent retry` is not handled by the webhook bot yet; redeliver the request".into(),
+            }),
+            Outcome::Run(triggered) => {
+                let Some(repo) = triggered.task.repo.clone() else {
+                    return Err(fail("the task names no repository".into()));
+                };
+                let git_token = github
+                    .git_token()
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                let target = Target {
+                    forge,
+                    remote: format!(
+                        "{}/{}/{}.git",
+                        self.git_base.trim_end_matches('/'),
+                        repo.owner,
+                        repo.name
+                    ),
+                    git_token: Some(SecretString::from(git_token)),
+                };
+                self.publisher
+                    .publish(*triggered, target, cancel)
+                    .await
+                    .map(JobOutcome::Ran)
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `GET /metrics`: Prometheus text exposition, written by hand (a handful of series).
+//!
+//! Counters kept in this process: deliveries by event and outcome, jobs finished by run
+//! state, run durations (histogram), model spend. Queue depth and jobs by state are read
+//! from the store at scrape time, so they are the same whichever process is scraped.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use crate::store::JobState;
+
+/// Upper bounds of the run-duration buckets, seconds.
+const BUCKETS: [f64; 10] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+#[derive(Debug, Default)]
+struct Inner {
+    deliveries: BTreeMap<(String, String), u64>,
+    runs: BTreeMap<String, u64>,
+    duration_buckets: [u64; BUCKETS.len()],
+    duration_count: u64,
+    duration_sum: f64,
+    spend_usd: f64,
+}
+
+/// In-process counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let mut guard = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+
+    /// Count a delivery of `event` answered with `outcome`.
+    pub fn delivery(&self, event: &str, outcome: &str) {
+        let event = if event.is_empty() { "(none)" } else { event };
+        // Event names come from the sender; keep the label set bounded.
+        let event: String = event.chars().take(64).collect();
+        self.with(|m| {
+            *m.deliveries
+                .entry((event, outcome.to_string()))
+                .or_default() += 1
+        });
+    }
+
+    /// Count a finished job: the run's state (or `ignored`, `error`), how long, what it cost.
+    pub fn job_finished(&self, run_state: &str, seconds: f64, spend_usd: f64) {
+        self.with(|m| {
+            *m.runs.entry(run_state.to_string()).or_default() += 1;
+            for (i, le) in BUCKETS.iter().enumerate() {
+                if seconds <= *le {
+                    m.duration_buckets[i] += 1;
+                }
+            }
+            m.duration_count += 1;
+            m.duration_sum += seconds;
+            m.spend_usd += spend_usd;
+        });
+    }
+
+    /// The exposition text, with the store's `counts` of jobs by state.
+    pub fn render(&self, counts: &[(JobState, u64)]) -> String {
+        let mut out = String::new();
+        self.with(|m| {
+            out.push_str(
+                "# HELP git_agent_deliveries_total Webhook deliveries by event and outcome.\n",
+            );
+            out.push_str("# TYPE git_agent_deliveries_total counter\n");
+            for ((event, outcome), n) in &m.deliveries {
+                let _ = writeln!(
+                    out,
+                    "git_agent_deliveries_total{{event=\"{}\",outcome=\"{}\"}} {n}",
+                    label(event),
+                    label(outcome)
+                );
+            }
+            out.push_str(
+                "# HELP git_agent_runs_total Jobs finished by this process, by run state.\n",
+            );
+            out.push_str("# TYPE git_agent_runs_total counter\n");
+            for (state, n) in &m.runs {
+                let _ = writeln!(
+                    out,
+                    "git_agent_runs_total{{state=\"{}\"}} {n}",
+                    label(state)
+                );
+            }
+            out.push_str(
+                "# HELP git_agent_run_duration_seconds Time from claim to finish of a job.\n",
+            );
+            out.push_str("# TYPE git_agent_run_duration_seconds histogram\n");
+            for (i, le) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "git_agent_run_duration_seconds_bucket{{le=\"{le}\"}} {}",
+                    m.duration_buckets[i]
+                );
+            }
+            let _ = writeln!(
+                out,
+                "git_agent_run_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+                m.duration_count
+            );
+            let _ = writeln!(out, "git_agent_run_duration_seconds_sum {}", m.duration_sum);
+            let _ = writeln!(
+                out,
+                "git_agent_run_duration_seconds_count {}",
+                m.duration_count
+            );
+            out.push_str(
+                "# HELP git_agent_model_spend_usd_total Model spend of finished jobs, USD.\n",
+            );
+            out.push_str("# TYPE git_agent_model_spend_usd_total counter\n");
+            let _ = writeln!(out, "git_agent_model_spend_usd_total {}", m.spend_usd);
+        });
+        out.push_str("# HELP git_agent_jobs Jobs in the store by state.\n");
+        out.push_str("# TYPE git_agent_jobs gauge\n");
+        for (state, n) in counts {
+            let _ = writeln!(out, "git_agent_jobs{{state=\"{}\"}} {n}", state.as_str());
+        }
+        let depth = counts
+            .iter()
+            .find(|(s, _)| *s == JobState::Queued)
+            .map_or(0, |c| c.1);
+        out.push_str("# HELP git_agent_queue_depth Jobs waiting for a worker.\n");
+        out.push_str("# TYPE git_agent_queue_depth gauge\n");
+        let _ = writeln!(out, "git_agent_queue_depth {depth}");
+        out
+    }
+}
+
+/// A label value escaped as the exposition format requires.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub(super) async fn render_route(State(st): State<AppState>) -> Response {
+    match st.store.counts().await {
+        Ok(counts) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            st.metrics.render(&counts),
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics: cannot count jobs");
+            (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition() {
+        let m = Metrics::default();
+        m.delivery("issues", "queued");
+        m.delivery("issues", "queued");
+        m.delivery("we\"ird", "ignored");
+        m.job_finished("succeeded", 12.0, 0.5);
+        let text = m.render(&[(JobState::Queued, 3), (JobState::Running, 1)]);
+        assert!(
+            text.contains("git_agent_deliveries_total{event=\"issues\",outcome=\"queued\"} 2\n")
+        );
+        assert!(text.contains("event=\"we\\\"ird\""));
+        assert!(text.contains("git_agent_runs_total{state=\"succeeded\"} 1\n"));
+        assert!(text.contains("git_agent_run_duration_seconds_bucket{le=\"5\"} 0\n"));
+        assert!(text.contains("git_agent_run_duration_seconds_bucket{le=\"15\"} 1\n"));
+        assert!(text.contains("git_agent_run_duration_seconds_count 1\n"));
+        assert!(text.contains("git_agent_model_spend_usd_total 0.5\n"));
+        assert!(text.contains("git_agent_queue_depth 3\n"));
+        assert!(text.contains("git_agent_jobs{state=\"running\"} 1\n"));
+    }
+}

@@ -1,0 +1,276 @@
+//! `POST /webhook`: cap, verify, route, persist, then answer.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt as _;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::signature;
+use crate::store::{Enqueued, NewDelivery};
+use crate::trigger::command::{self, Command};
+
+/// Largest delivery accepted: GitHub caps payloads at 25 MB and drops larger ones.
+pub const MAX_BODY: usize = 25 * 1024 * 1024;
+
+/// Events that can start or control a run; every other event is answered 200 and dropped.
+pub const HANDLED_EVENTS: &[&str] = &[
+    "issues",
+    "issue_comment",
+    "pull_request_review_comment",
+    "workflow_run",
+];
+
+/// Kill this process at a named point when `GIT_AGENT_TEST_KILL_AT` names it, as `kill -9`
+/// would: the crash tests' way to stop the server exactly there.
+fn failpoint(name: &str) {
+    if std::env::var("GIT_AGENT_TEST_KILL_AT").is_ok_and(|v| v == name) {
+        // SAFETY: getpid and kill are async-signal-safe libc calls with valid arguments.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+fn reply(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Read at most `max` bytes of `body`; `None` once it holds more. Stops reading there, so
+/// an oversized body is never held whole.
+async fn read_capped(body: Body, max: usize) -> Result<Option<Vec<u8>>, axum::Error> {
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if buf.len() + chunk.len() > max {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Some(buf))
+}
+
+/// The handler.
+pub(super) async fn receive(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let event = header_str(&headers, "x-github-event")
+        .unwrap_or("")
+        .to_string();
+    let declared =
+        header_str(&headers, header::CONTENT_LENGTH.as_str()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > st.max_body as u64) {
+        st.metrics.delivery(&event, "too_large");
+        return reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": "payload too large"}),
+        );
+    }
+    let bytes = match read_capped(body, st.max_body).await {
+        Ok(Some(b)) => b,
+        Ok(None) => {
+            st.metrics.delivery(&event, "too_large");
+            return reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"error": "payload too large"}),
+            );
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read a webhook body");
+            st.metrics.delivery(&event, "bad_body");
+            return reply(StatusCode::BAD_REQUEST, json!({"error": "unreadable body"}));
+        }
+    };
+    let sig = headers.get("x-hub-signature-256").map(|v| v.as_bytes());
+    if let Err(why) = signature::verify(&st.secret, sig, &bytes) {
+        tracing::warn!(reason = why.as_str(), "webhook signature refused");
+        st.metrics.delivery(&event, "unauthorized");
+        return reply(StatusCode::UNAUTHORIZED, json!({"error": "bad signature"}));
+    }
+    let Some(delivery_id) = header_str(&headers, "x-github-delivery")
+        .filter(|d| !d.is_empty() && d.len() <= 128)
+        .map(str::to_string)
+    else {
+        st.metrics.delivery(&event, "bad_request");
+        return reply(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "missing X-GitHub-Delivery"}),
+        );
+    };
+    if event == "ping" {
+        st.metrics.delivery(&event, "ping");
+        return reply(StatusCode::OK, json!({"ok": "pong"}));
+    }
+    if !HANDLED_EVENTS.contains(&event.as_str()) {
+        st.metrics.delivery(&event, "ignored");
+        return reply(
+            StatusCode::OK,
+            json!({"ignored": format!("{event} events are not handled")}),
+        );
+    }
+    let payload: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(%delivery_id, error = %e, "signed delivery is not JSON");
+            st.metrics.delivery(&event, "bad_request");
+            return reply(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "payload is not JSON"}),
+            );
+        }
+    };
+    let meta = describe(&event, &payload, &st.command_prefix);
+    let new = NewDelivery {
+        delivery_id: delivery_id.clone(),
+        event: event.clone(),
+        payload: bytes,
+        repo: meta.repo,
+        lane: meta.lane,
+        trigger: meta.trigger,
+    };
+    match st.store.enqueue(&new).await {
+        Ok(outcome) => {
+            failpoint("after-enqueue-commit");
+            let (status, label) = match &outcome {
+                Enqueued::New { .. } => (StatusCode::ACCEPTED, "queued"),
+                Enqueued::Requeued { .. } => (StatusCode::ACCEPTED, "requeued"),
+                Enqueued::Duplicate { .. } => (StatusCode::OK, "duplicate"),
+            };
+            if status == StatusCode::ACCEPTED {
+                st.wake.notify_one();
+            }
+            st.metrics.delivery(&event, label);
+            tracing::info!(%delivery_id, %event, job = outcome.job_id(), outcome = label, "delivery");
+            reply(status, json!({"job": outcome.job_id(), "outcome": label}))
+        }
+        Err(e) => {
+            tracing::error!(%delivery_id, error = %e, "cannot store a delivery");
+            st.metrics.delivery(&event, "store_error");
+            reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "cannot store the delivery; redeliver it"}),
+            )
+        }
+    }
+}
+
+struct Meta {
+    repo: Option<String>,
+    lane: Option<String>,
+    trigger: String,
+}
+
+fn repo_name(payload: &Value) -> Option<String> {
+    let r = payload.get("repository")?;
+    if let Some(full) = r.get("full_name").and_then(Value::as_str) {
+        return Some(full.to_string());
+    }
+    let owner = r.get("owner")?.get("login")?.as_str()?;
+    let name = r.get("name")?.as_str()?;
+    Some(format!("{owner}/{name}"))
+}
+
+/// The lane of a delivery: the issue or pull request it belongs to (`owner/name#N`), or for a
+/// CI run without a pull request its branch (`owner/name@branch`).
+pub fn lane_of(event: &str, payload: &Value) -> Option<String> {
+    let repo = repo_name(payload)?;
+    let number = match event {
+        "issues" | "issue_comment" => payload.get("issue")?.get("number")?.as_u64(),
+        "pull_request_review_comment" => payload.get("pull_request")?.get("number")?.as_u64(),
+        "workflow_run" => {
+            let run = payload.get("workflow_run")?;
+            match run
+                .get("pull_requests")
+                .and_then(Value::as_array)
+                .and_then(|prs| prs.first())
+                .and_then(|pr| pr.get("number"))
+                .and_then(Value::as_u64)
+            {
+                Some(n) => Some(n),
+                None => {
+                    let branch = run.get("head_branch")?.as_str()?;
+                    return Some(format!("{repo}@{branch}"));
+                }
+            }
+        }
+        _ => None,
+    }?;
+    Some(format!("{repo}#{number}"))
+}
+
+fn describe(event: &str, payload: &Value, prefix: &str) -> Meta {
+    let action = payload.get("action").and_then(Value::as_str).unwrap_or("");
+    let repo = repo_name(payload);
+    let mut lane = lane_of(event, payload);
+    let mut trigger = if action.is_empty() {
+        event.to_string()
+    } else {
+        format!("{event}.{action}")
+    };
+    if let Some(body) = payload
+        .get("comment")
+        .and_then(|c| c.get("body"))
+        .and_then(Value::as_str)
+        && let Ok(cmd) = command::parse(prefix, body)
+    {
+        let verb = match cmd {
+            Command::Fix(_) => "fix",
+            Command::Plan => "plan",
+            Command::Stop => "stop",
+            Command::Approve(_) => "approve",
+            Command::Retry => "retry",
+        };
+        trigger = format!("{trigger}: {prefix} {verb}");
+        // A stop must not wait behind the run it stops.
+        if cmd == Command::Stop {
+            lane = None;
+        }
+    }
+    Meta {
+        repo,
+        lane,
+        trigger,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes() {
+        let issue = json!({"repository": {"full_name": "o/r"}, "issue": {"number": 4}});
+        assert_eq!(lane_of("issues", &issue).as_deref(), Some("o/r#4"));
+        assert_eq!(lane_of("issue_comment", &issue).as_deref(), Some("o/r#4"));
+        let ci = json!({"repository": {"full_name": "o/r"},
+            "workflow_run": {"pull_requests": [{"number": 9}], "head_branch": "agent/x"}});
+        assert_eq!(lane_of("workflow_run", &ci).as_deref(), Some("o/r#9"));
+        let ci = json!({"repository": {"full_name": "o/r"},
+            "workflow_run": {"pull_requests": [], "head_branch": "agent/x"}});
+        assert_eq!(lane_of("workflow_run", &ci).as_deref(), Some("o/r@agent/x"));
+        assert_eq!(lane_of("issues", &json!({})), None);
+    }
+
+    #[test]
+    fn stop_commands_have_no_lane() {
+        let p = json!({"action": "created", "repository": {"full_name": "o/r"},
+            "issue": {"number": 4}, "comment": {"body": "/agent stop"}});
+        let m = describe("issue_comment", &p, "/agent");
+        assert_eq!(m.lane, None);
+        assert_eq!(m.trigger, "issue_comment.created: /agent stop");
+        let p = json!({"action": "created", "repository": {"full_name": "o/r"},
+            "issue": {"number": 4}, "comment": {"body": "/agent fix it"}});
+        let m = describe("issue_comment", &p, "/agent");
+        assert_eq!(m.lane.as_deref(), Some("o/r#4"));
+        assert_eq!(m.repo.as_deref(), Some("o/r"));
+    }
+}

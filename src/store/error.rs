@@ -1,0 +1,54 @@
+//! Errors of the store.
+
+/// Errors from the job store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database could not be opened or answered with an error.
+    #[error("{what}: {source}")]
+    Database {
+        /// What was being done (`open sqlite:/var/lib/…`, `claim a job`).
+        what: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The schema could not be created.
+    #[error("cannot create the schema of {url}: {source}")]
+    Schema {
+        /// The database, without credentials.
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A URL that names no store we have.
+    #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://…")]
+    UnsupportedUrl(String),
+    /// The directory of a SQLite file could not be created.
+    #[error("cannot create {path}: {source}")]
+    Io {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A row held a value this version does not know.
+    #[error("job {job}: unknown state {state:?}")]
+    UnknownState {
+        /// The job.
+        job: String,
+        /// The value found.
+        state: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn db(what: impl Into<String>) -> impl FnOnce(sqlx::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Database { what, source }
+    }
+}
+
+/// Results of the store.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

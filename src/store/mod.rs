@@ -1,0 +1,326 @@
+//! Durable webhook deliveries and the jobs they start: SQLite (embedded, the default) and
+//! Postgres (several `serve` processes sharing one queue).
+//!
+//! This module owns the queue's rules, identical in both stores:
+//! - a delivery and its job are written in one transaction keyed on the delivery id
+//!   (`X-GitHub-Delivery`): the same delivery twice is one job; a redelivery of a failed job
+//!   queues it again; of a queued, running, succeeded or cancelled one does nothing;
+//! - a job is claimed with a lease that its worker renews (heartbeat); a job whose lease ran
+//!   out (its worker died) is claimed again by anyone;
+//! - at most one job of a lane (one issue or pull request) runs at a time, enforced by a
+//!   unique index on running lanes, so it holds across processes;
+//! - only the lease holder can finish, release or record a run on a job.
+//!
+//! It must not parse payloads, talk to the forge or run anything: it stores bytes and states.
+
+mod error;
+mod postgres;
+mod sqlite;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+pub use error::{Error, Result};
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting for a worker.
+    Queued,
+    /// Held by a worker's lease.
+    Running,
+    /// Finished; the run (if any) ended, whatever its verdict.
+    Succeeded,
+    /// Finished with an error; a redelivery queues it again.
+    Failed,
+    /// Stopped by `/agent stop` (or shutdown of a job that may not run again).
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, for metrics.
+    pub const ALL: [JobState; 5] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state named `s`.
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Whether the job will not run again by itself.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+}
+
+/// A verified delivery to store.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    /// `X-GitHub-Delivery`.
+    pub delivery_id: String,
+    /// `X-GitHub-Event`.
+    pub event: String,
+    /// The raw body, exactly as signed.
+    pub payload: Vec<u8>,
+    /// `owner/name`, when the payload names a repository.
+    pub repo: Option<String>,
+    /// The issue or PR the job belongs to (`owner/name#N`): one job of a lane runs at a time.
+    /// `None` for jobs that must never wait for a run (control commands such as `/agent stop`).
+    pub lane: Option<String>,
+    /// A short description of what asked (`issues.labeled`, `issue_comment: /agent fix`).
+    pub trigger: String,
+}
+
+/// What [`Store::enqueue`] did with a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new delivery: its job is queued.
+    New {
+        /// The job.
+        job_id: String,
+    },
+    /// A redelivery of a job that failed: it is queued again.
+    Requeued {
+        /// The job.
+        job_id: String,
+    },
+    /// A redelivery of a job that is queued, running, succeeded or cancelled: nothing to do.
+    Duplicate {
+        /// The job.
+        job_id: String,
+        /// Its state.
+        state: JobState,
+    },
+}
+
+impl Enqueued {
+    /// The job concerned.
+    pub fn job_id(&self) -> &str {
+        match self {
+            Enqueued::New { job_id }
+            | Enqueued::Requeued { job_id }
+            | Enqueued::Duplicate { job_id, .. } => job_id,
+        }
+    }
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// Its id (a ULID).
+    pub id: String,
+    /// The delivery that made it.
+    pub delivery_id: String,
+    /// The event name.
+    pub event: String,
+    /// The raw payload.
+    pub payload: Vec<u8>,
+    /// `owner/name`.
+    pub repo: Option<String>,
+    /// Its lane (see [`NewDelivery::lane`]).
+    pub lane: Option<String>,
+    /// What asked.
+    pub trigger: String,
+    /// Its state.
+    pub state: JobState,
+    /// Times it was claimed.
+    pub attempts: u32,
+    /// The run it started, once known.
+    pub run_id: Option<String>,
+    /// The state the run ended (or paused) in (`succeeded`, `failed`, `awaiting_approval`…).
+    pub run_state: Option<String>,
+    /// The pull request the run opened.
+    pub pr_url: Option<String>,
+    /// The run's rendered report (the PR body, redacted).
+    pub report: Option<String>,
+    /// A one-line result or error.
+    pub detail: Option<String>,
+    /// Model spend of the run, USD.
+    pub spend_usd: f64,
+    /// Whether `/agent stop` asked it to stop.
+    pub cancel_requested: bool,
+    /// Who holds the lease.
+    pub lease_owner: Option<String>,
+    /// Until when (ms since the epoch).
+    pub lease_until: Option<i64>,
+    /// When it was stored (ms since the epoch).
+    pub created_at: i64,
+    /// When it last changed (ms since the epoch).
+    pub updated_at: i64,
+    /// How long its last attempt ran, ms.
+    pub duration_ms: Option<i64>,
+}
+
+/// How a job ended, written by its lease holder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    /// `Succeeded`, `Failed` or `Cancelled`.
+    pub state: JobState,
+    /// The run, if one was started.
+    pub run_id: Option<String>,
+    /// The state the run ended in.
+    pub run_state: Option<String>,
+    /// The pull request, if one was opened.
+    pub pr_url: Option<String>,
+    /// The run's report.
+    pub report: Option<String>,
+    /// A one-line result or error.
+    pub detail: String,
+    /// Model spend, USD.
+    pub spend_usd: f64,
+    /// How long the attempt ran, ms.
+    pub duration_ms: i64,
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// The lease is renewed; `cancel` says whether `/agent stop` asked the job to stop.
+    Held {
+        /// Stop requested.
+        cancel: bool,
+    },
+    /// The lease is no longer ours (it expired and someone else claimed the job, or the job
+    /// was finished): stop working on it.
+    Lost,
+}
+
+/// Which jobs a claim may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Any runnable job.
+    Any,
+    /// Only jobs without a lane (control commands such as `/agent stop`), so a worker kept
+    /// for them answers a stop while every other worker is busy with a run.
+    Unlaned,
+}
+
+/// Jobs counted by state, for `/metrics`.
+pub type StateCounts = Vec<(JobState, u64)>;
+
+/// The durable queue. Both implementations pass the same test suite.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Store a verified delivery and its job in one transaction (see the module rules).
+    async fn enqueue(&self, delivery: &NewDelivery) -> Result<Enqueued>;
+    /// Claim the oldest runnable job for `owner` for `lease`: a queued job whose lane has no
+    /// running job, or a running job whose lease expired; `which` narrows the choice.
+    async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>>;
+    /// Renew the lease of `job` held by `owner`.
+    async fn heartbeat(&self, job: &str, owner: &str, lease: Duration) -> Result<Heartbeat>;
+    /// Record the run a job started, so a later attempt can find it. False if the lease is
+    /// not `owner`'s.
+    async fn set_run(&self, job: &str, owner: &str, run_id: &str) -> Result<bool>;
+    /// Finish a job. False (and nothing written) if the lease is not `owner`'s.
+    async fn finish(&self, job: &str, owner: &str, finish: &Finish) -> Result<bool>;
+    /// Give a job back to the queue (graceful shutdown). False if the lease is not `owner`'s.
+    async fn release(&self, job: &str, owner: &str) -> Result<bool>;
+    /// `/agent stop`: cancel the queued jobs of `lane` and ask its running job to stop.
+    /// Returns how many jobs were affected.
+    async fn cancel_lane(&self, lane: &str, except_job: &str) -> Result<u64>;
+    /// One job.
+    async fn job(&self, id: &str) -> Result<Option<Job>>;
+    /// The most recent jobs, newest first.
+    async fn recent(&self, limit: u32) -> Result<Vec<Job>>;
+    /// Jobs counted by state.
+    async fn counts(&self) -> Result<StateCounts>;
+    /// Deliveries stored in total.
+    async fn delivery_count(&self) -> Result<u64>;
+}
+
+/// Open the store a URL names: `sqlite://PATH` (or a bare path) or `postgres://…`.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(PostgresStore::connect(url).await?));
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    if path.is_empty() || url.contains("://") && !url.starts_with("sqlite:") {
+        return Err(Error::UnsupportedUrl(url.to_string()));
+    }
+    Ok(Arc::new(
+        SqliteStore::open(std::path::Path::new(path)).await?,
+    ))
+}
+
+/// A URL fit for logs: the password replaced.
+pub fn display_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn new_id() -> String {
+    ulid::Ulid::generate().to_string()
+}
+
+fn state_of(job: &str, s: &str) -> Result<JobState> {
+    JobState::parse(s).ok_or_else(|| Error::UnknownState {
+        job: job.to_string(),
+        state: s.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_url_hides_the_password() {
+        assert_eq!(
+            display_url("postgres://agent:s3cret@db:5432/jobs"),
+            "postgres://agent:***@db:5432/jobs"
+        );
+        assert_eq!(display_url("sqlite:///var/x.db"), "sqlite:///var/x.db");
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in JobState::ALL {
+            assert_eq!(JobState::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(JobState::parse("nope"), None);
+    }
+}

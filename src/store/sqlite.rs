@@ -1,0 +1,475 @@
+//! The embedded store: one SQLite file in WAL mode.
+//!
+//! Every write runs in a `BEGIN IMMEDIATE` transaction, so writers queue on SQLite's write
+//! lock (with a busy timeout) instead of failing when a deferred transaction tries to
+//! upgrade. `synchronous=FULL`: a delivery acknowledged is on disk, not only in the WAL's
+//! page cache.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Row as _;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+
+use super::{
+    Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
+    Store, ms, new_id, now_ms, state_of,
+};
+
+/// The columns of a [`Job`], in the order [`job_of`] reads them by name.
+macro_rules! job_cols {
+    () => {
+        "id, delivery_id, event, payload, repo, lane, trigger_desc, state, attempts, run_id, \
+         run_state, pr_url, report, detail, spend_usd, cancel_requested, lease_owner, \
+         lease_until, created_at, updated_at, duration_ms"
+    };
+}
+pub(crate) use job_cols;
+
+/// Read a [`Job`] from a row of either database (the column types are the same).
+macro_rules! job_of {
+    ($row:expr) => {{
+        let row = $row;
+        let id: String = row.try_get("id").map_err(Error::db("read a job"))?;
+        let state: String = row.try_get("state").map_err(Error::db("read a job"))?;
+        let state = $crate::store::state_of(&id, &state)?;
+        let attempts: i64 = row.try_get("attempts").map_err(Error::db("read a job"))?;
+        let cancel: i64 = row
+            .try_get("cancel_requested")
+            .map_err(Error::db("read a job"))?;
+        Job {
+            delivery_id: row
+                .try_get("delivery_id")
+                .map_err(Error::db("read a job"))?,
+            event: row.try_get("event").map_err(Error::db("read a job"))?,
+            payload: row.try_get("payload").map_err(Error::db("read a job"))?,
+            repo: row.try_get("repo").map_err(Error::db("read a job"))?,
+            lane: row.try_get("lane").map_err(Error::db("read a job"))?,
+            trigger: row
+                .try_get("trigger_desc")
+                .map_err(Error::db("read a job"))?,
+            state,
+            attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+            run_id: row.try_get("run_id").map_err(Error::db("read a job"))?,
+            run_state: row.try_get("run_state").map_err(Error::db("read a job"))?,
+            report: row.try_get("report").map_err(Error::db("read a job"))?,
+            pr_url: row.try_get("pr_url").map_err(Error::db("read a job"))?,
+            detail: row.try_get("detail").map_err(Error::db("read a job"))?,
+            spend_usd: row.try_get("spend_usd").map_err(Error::db("read a job"))?,
+            cancel_requested: cancel != 0,
+            lease_owner: row
+                .try_get("lease_owner")
+                .map_err(Error::db("read a job"))?,
+            lease_until: row
+                .try_get("lease_until")
+                .map_err(Error::db("read a job"))?,
+            created_at: row.try_get("created_at").map_err(Error::db("read a job"))?,
+            updated_at: row.try_get("updated_at").map_err(Error::db("read a job"))?,
+            duration_ms: row
+                .try_get("duration_ms")
+                .map_err(Error::db("read a job"))?,
+            id,
+        }
+    }};
+}
+pub(crate) use job_of;
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS deliveries (
+        delivery_id TEXT PRIMARY KEY,
+        event TEXT NOT NULL,
+        first_at INTEGER NOT NULL,
+        last_at INTEGER NOT NULL,
+        times INTEGER NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS jobs (
+        id TEXT PRIMARY KEY,
+        delivery_id TEXT NOT NULL UNIQUE REFERENCES deliveries(delivery_id),
+        event TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        repo TEXT,
+        lane TEXT,
+        trigger_desc TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        run_id TEXT,
+        run_state TEXT,
+        pr_url TEXT,
+        report TEXT,
+        detail TEXT,
+        spend_usd REAL NOT NULL DEFAULT 0,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        lease_owner TEXT,
+        lease_until INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        duration_ms INTEGER
+    )",
+    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created_at, id)",
+    // One running job per lane, whoever claims it: the per-PR limit holds across processes.
+    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_running_per_lane ON jobs(lane)
+        WHERE state = 'running' AND lane IS NOT NULL",
+];
+
+/// The SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the database file at `path` and its schema.
+    pub async fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let what = format!("open sqlite {}", path.display());
+        let opts = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(Error::db(what.clone()))?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(opts)
+            .await
+            .map_err(Error::db(what))?;
+        let mut tx = pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|source| schema_err(path, source))?;
+        for stmt in SCHEMA {
+            sqlx::query(*stmt)
+                .execute(&mut *tx)
+                .await
+                .map_err(|source| schema_err(path, source))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|source| schema_err(path, source))?;
+        Ok(SqliteStore {
+            pool,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The journal mode in force (`wal` once opened).
+    pub async fn journal_mode(&self) -> Result<String> {
+        let row = sqlx::query("PRAGMA journal_mode")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("read the journal mode"))?;
+        row.try_get::<String, _>(0)
+            .map_err(Error::db("read the journal mode"))
+    }
+}
+
+fn schema_err(path: &Path, source: sqlx::Error) -> Error {
+    Error::Schema {
+        url: path.display().to_string(),
+        source,
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn enqueue(&self, d: &NewDelivery) -> Result<Enqueued> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(Error::db("begin a delivery"))?;
+        sqlx::query(
+            "INSERT INTO deliveries (delivery_id, event, first_at, last_at, times)
+             VALUES (?, ?, ?, ?, 1)
+             ON CONFLICT (delivery_id) DO UPDATE SET last_at = excluded.last_at,
+                 times = deliveries.times + 1",
+        )
+        .bind(&d.delivery_id)
+        .bind(&d.event)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db(format!("store delivery {}", d.delivery_id)))?;
+        let existing = sqlx::query("SELECT id, state FROM jobs WHERE delivery_id = ?")
+            .bind(&d.delivery_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(Error::db(format!("look up delivery {}", d.delivery_id)))?;
+        let out = match existing {
+            None => {
+                let job_id = new_id();
+                sqlx::query(
+                    "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc,
+                         state, created_at, updated_at)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
+                )
+                .bind(&job_id)
+                .bind(&d.delivery_id)
+                .bind(&d.event)
+                .bind(&d.payload)
+                .bind(&d.repo)
+                .bind(&d.lane)
+                .bind(&d.trigger)
+                .bind(now)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(Error::db(format!("queue delivery {}", d.delivery_id)))?;
+                Enqueued::New { job_id }
+            }
+            Some(row) => {
+                let job_id: String = row.try_get("id").map_err(Error::db("read a job"))?;
+                let state: String = row.try_get("state").map_err(Error::db("read a job"))?;
+                let state = state_of(&job_id, &state)?;
+                if state == JobState::Failed {
+                    sqlx::query(
+                        "UPDATE jobs SET state = 'queued', cancel_requested = 0,
+                             lease_owner = NULL, lease_until = NULL, updated_at = ?
+                         WHERE id = ?",
+                    )
+                    .bind(now)
+                    .bind(&job_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Error::db(format!("requeue job {job_id}")))?;
+                    Enqueued::Requeued { job_id }
+                } else {
+                    Enqueued::Duplicate { job_id, state }
+                }
+            }
+        };
+        tx.commit()
+            .await
+            .map_err(Error::db(format!("commit delivery {}", d.delivery_id)))?;
+        Ok(out)
+    }
+
+    async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(Error::db("begin a claim"))?;
+        let row = sqlx::query(concat!(
+            "UPDATE jobs SET state = 'running', lease_owner = ?1, lease_until = ?2,
+                 attempts = attempts + 1, updated_at = ?3
+             WHERE id = (
+                 SELECT j.id FROM jobs j
+                 WHERE (?4 = 0 OR j.lane IS NULL)
+                   AND ((j.state = 'queued' AND (j.lane IS NULL OR NOT EXISTS (
+                         SELECT 1 FROM jobs r WHERE r.lane = j.lane AND r.state = 'running')))
+                    OR (j.state = 'running' AND j.lease_until < ?3))
+                 ORDER BY j.created_at, j.id
+                 LIMIT 1)
+             RETURNING ",
+            job_cols!()
+        ))
+        .bind(owner)
+        .bind(now.saturating_add(ms(lease)))
+        .bind(now)
+        .bind(i64::from(which == Claim::Unlaned))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Error::db("claim a job"))?;
+        let job = match row {
+            Some(row) => Some(job_of!(&row)),
+            None => None,
+        };
+        tx.commit().await.map_err(Error::db("commit a claim"))?;
+        Ok(job)
+    }
+
+    async fn heartbeat(&self, job: &str, owner: &str, lease: Duration) -> Result<Heartbeat> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "UPDATE jobs SET lease_until = ?, updated_at = ?
+             WHERE id = ? AND lease_owner = ? AND state = 'running'
+             RETURNING cancel_requested",
+        )
+        .bind(now.saturating_add(ms(lease)))
+        .bind(now)
+        .bind(job)
+        .bind(owner)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(Error::db(format!("renew the lease of job {job}")))?;
+        Ok(match row {
+            Some(row) => Heartbeat::Held {
+                cancel: row.try_get::<i64, _>(0).map_err(Error::db("read a job"))? != 0,
+            },
+            None => Heartbeat::Lost,
+        })
+    }
+
+    async fn set_run(&self, job: &str, owner: &str, run_id: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE jobs SET run_id = ?, updated_at = ?
+             WHERE id = ? AND lease_owner = ? AND state = 'running'",
+        )
+        .bind(run_id)
+        .bind(now_ms())
+        .bind(job)
+        .bind(owner)
+        .execute(&self.pool)
+        .await
+        .map_err(Error::db(format!("record the run of job {job}")))?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn finish(&self, job: &str, owner: &str, f: &Finish) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE jobs SET state = ?, run_id = COALESCE(?, run_id), run_state = ?, pr_url = ?,
+                 report = ?, detail = ?, spend_usd = ?, duration_ms = ?, lease_owner = NULL,
+                 lease_until = NULL, updated_at = ?
+             WHERE id = ? AND lease_owner = ? AND state = 'running'",
+        )
+        .bind(f.state.as_str())
+        .bind(&f.run_id)
+        .bind(&f.run_state)
+        .bind(&f.pr_url)
+        .bind(&f.report)
+        .bind(&f.detail)
+        .bind(f.spend_usd)
+        .bind(f.duration_ms)
+        .bind(now_ms())
+        .bind(job)
+        .bind(owner)
+        .execute(&self.pool)
+        .await
+        .map_err(Error::db(format!("finish job {job}")))?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn release(&self, job: &str, owner: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,
+                 attempts = MAX(attempts - 1, 0), updated_at = ?
+             WHERE id = ? AND lease_owner = ? AND state = 'running'",
+        )
+        .bind(now_ms())
+        .bind(job)
+        .bind(owner)
+        .execute(&self.pool)
+        .await
+        .map_err(Error::db(format!("release job {job}")))?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn cancel_lane(&self, lane: &str, except_job: &str) -> Result<u64> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(Error::db("begin a cancel"))?;
+        let queued = sqlx::query(
+            "UPDATE jobs SET state = 'cancelled', detail = 'stopped before it started',
+                 updated_at = ?
+             WHERE lane = ? AND state = 'queued' AND id <> ?",
+        )
+        .bind(now)
+        .bind(lane)
+        .bind(except_job)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db(format!("cancel the queued jobs of {lane}")))?;
+        let running = sqlx::query(
+            "UPDATE jobs SET cancel_requested = 1, updated_at = ?
+             WHERE lane = ? AND state = 'running' AND id <> ?",
+        )
+        .bind(now)
+        .bind(lane)
+        .bind(except_job)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db(format!("stop the running job of {lane}")))?;
+        tx.commit().await.map_err(Error::db("commit a cancel"))?;
+        Ok(queued.rows_affected() + running.rows_affected())
+    }
+
+    async fn job(&self, id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query(concat!("SELECT ", job_cols!(), " FROM jobs WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db(format!("read job {id}")))?;
+        Ok(match row {
+            Some(row) => Some(job_of!(&row)),
+            None => None,
+        })
+    }
+
+    async fn recent(&self, limit: u32) -> Result<Vec<Job>> {
+        let rows: Vec<SqliteRow> = sqlx::query(concat!(
+            "SELECT ",
+            job_cols!(),
+            " FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(Error::db("list recent jobs"))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(job_of!(row));
+        }
+        Ok(out)
+    }
+
+    async fn counts(&self) -> Result<StateCounts> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("count jobs"))?;
+        counts_of(&rows)
+    }
+
+    async fn delivery_count(&self) -> Result<u64> {
+        let row = sqlx::query("SELECT COUNT(*) FROM deliveries")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("count deliveries"))?;
+        let n: i64 = row.try_get(0).map_err(Error::db("count deliveries"))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+/// Every state with its count (zero where no row has it).
+pub(crate) fn counts_of<R: sqlx::Row>(rows: &[R]) -> Result<StateCounts>
+where
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    let mut out: StateCounts = JobState::ALL.iter().map(|s| (*s, 0)).collect();
+    for row in rows {
+        let state: String = row.try_get("state").map_err(Error::db("count jobs"))?;
+        let n: i64 = row.try_get("n").map_err(Error::db("count jobs"))?;
+        let state = state_of("(count)", &state)?;
+        if let Some(slot) = out.iter_mut().find(|(s, _)| *s == state) {
+            slot.1 = u64::try_from(n).unwrap_or(0);
+        }
+    }
+    Ok(out)
+}

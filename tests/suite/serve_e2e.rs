@@ -1,0 +1,308 @@
+//! One real delivery end to end through `git agent serve` and its production runner: GitHub's
+//! published `issues.labeled` example, signed, posted to the bot; the trigger asks the fake
+//! GitHub (checked against GitHub's REST description) for the sender's permission; the run
+//! mirrors the repository from its remote, fixes the failing Python test with a scripted
+//! model in the sandbox, pushes the branch and opens one draft pull request.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use git_agent::store::{JobState, SqliteStore, Store};
+use serde_json::{Value, json};
+
+use super::github::fake::{Fake, npm_dir};
+use super::server::{client, deliver};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args([
+            "-c",
+            "init.defaultBranch=master",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn labeled_example() -> Value {
+    let path = npm_dir().join("@octokit/webhooks-examples/api.github.com/index.json");
+    let all: Vec<Value> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let issues = all.iter().find(|e| e["name"] == "issues").unwrap();
+    let mut p = issues["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "labeled")
+        .unwrap()
+        .clone();
+    p["label"]["name"] = json!("agent");
+    p
+}
+
+struct World {
+    tmp: tempfile::TempDir,
+    payload: Value,
+    owner: String,
+    name: String,
+    remote: std::path::PathBuf,
+    fake: std::sync::Arc<Fake>,
+    model: String,
+}
+
+async fn world() -> World {
+    let tmp = tempfile::tempdir().unwrap();
+    let payload = labeled_example();
+    let owner = payload["repository"]["owner"]["login"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let name = payload["repository"]["name"].as_str().unwrap().to_string();
+    let base = payload["repository"]["default_branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let number = payload["issue"]["number"].as_u64().unwrap();
+    let sender = payload["sender"]["login"].as_str().unwrap().to_string();
+
+    // The repository on its "remote": the Python fixture whose test fails.
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/python-add");
+    for f in ["calc.py", "pyproject.toml", "tests/test_calc.py"] {
+        std::fs::create_dir_all(work.join(f).parent().unwrap()).unwrap();
+        std::fs::copy(fixture.join(f), work.join(f)).unwrap();
+    }
+    std::fs::write(work.join(".gitignore"), "__pycache__/\n.pytest_cache/\n").unwrap();
+    git(&work, &["init", "-q", "-b", &base]);
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "fixture"]);
+    let remote = tmp
+        .path()
+        .join("remotes")
+        .join(&owner)
+        .join(format!("{name}.git"));
+    std::fs::create_dir_all(remote.parent().unwrap()).unwrap();
+    git(
+        tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            work.to_str().unwrap(),
+            remote.to_str().unwrap(),
+        ],
+    );
+
+    let fake = Fake::start("").await;
+    fake.grant(&sender, "admin", "admin");
+    fake.add_issue(
+        number,
+        payload["issue"]["title"].as_str().unwrap(),
+        "calc.add subtracts; make it add.",
+        &sender,
+        false,
+    );
+
+    let script = tmp.path().join("script.jsonl");
+    let lines = [
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["calc.py"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
+            "path": "calc.py", "old_text": "def add(a, b):\n    return a - b",
+            "new_text": "def add(a, b):\n    return a + b"}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]}),
+    ];
+    std::fs::write(
+        &script,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let model = format!("scripted:{}", script.display());
+    World {
+        tmp,
+        payload,
+        owner,
+        name,
+        remote,
+        fake,
+        model,
+    }
+}
+
+impl World {
+    fn serve(&self, port: u16, kill_at: Option<&str>) -> std::process::Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-agent"));
+        cmd.args(["serve", "--workers", "1", "--lease-secs", "2"])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--state-dir")
+            .arg(self.tmp.path().join("state"))
+            .arg("--github-api")
+            .arg(self.fake.api_base())
+            .arg("--git-base")
+            .arg(self.tmp.path().join("remotes"))
+            .env("GIT_AGENT_WEBHOOK_SECRET", super::server::SECRET)
+            .env("GITHUB_TOKEN", "test-token")
+            .env("GIT_AGENT_MODELS_PLANNER", &self.model)
+            .env("GIT_AGENT_MODELS_CODER", &self.model)
+            .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
+            .env("GIT_AGENT_LOG", "warn")
+            .env_remove("GIT_AGENT_DATABASE_URL")
+            .stdout(Stdio::null());
+        match kill_at {
+            Some(k) => cmd.env("GIT_AGENT_TEST_KILL_AT", k),
+            None => cmd.env_remove("GIT_AGENT_TEST_KILL_AT"),
+        };
+        cmd.spawn().unwrap()
+    }
+
+    async fn store(&self) -> SqliteStore {
+        SqliteStore::open(&self.tmp.path().join("state/serve.db"))
+            .await
+            .unwrap()
+    }
+
+    fn check_one_pr_and_the_fixed_branch(&self) {
+        let posts = self.fake.requests(
+            "POST",
+            &format!("/repos/{}/{}/pulls", self.owner, self.name),
+        );
+        assert_eq!(posts.len(), 1, "one draft PR");
+        self.fake.assert_clean();
+        let branches = git(
+            &self.remote,
+            &["for-each-ref", "--format=%(refname)", "refs/heads/agent/"],
+        );
+        let all: Vec<&str> = branches.lines().collect();
+        assert_eq!(all.len(), 1, "one branch: {all:?}");
+        let calc = git(&self.remote, &["show", &format!("{}:calc.py", all[0])]);
+        assert!(calc.contains("return a + b"), "{calc}");
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_healthy(url: &str) {
+    let c = client();
+    for _ in 0..200 {
+        if c.get(format!("{url}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{url} never became healthy");
+}
+
+async fn wait_finished(store: &SqliteStore) -> git_agent::store::Job {
+    for _ in 0..1200 {
+        let jobs = store.recent(5).await.unwrap();
+        if let Some(j) = jobs.into_iter().find(|j| j.state.is_finished()) {
+            return j;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the job did not finish within two minutes: {:?}",
+        store.recent(5).await.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
+    let w = world().await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = w.serve(port, None);
+    wait_healthy(&url).await;
+    let c = client();
+    let body = serde_json::to_vec(&w.payload).unwrap();
+    let resp = deliver(&c, &url, "issues", "e2e-1", body.clone()).await;
+    assert_eq!(resp.status(), 202);
+    let store = w.store().await;
+    let job = wait_finished(&store).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
+    let pr_url = job.pr_url.clone().expect("a pull request");
+    assert!(pr_url.starts_with("https://github.com/"), "{pr_url}");
+    assert!(
+        job.report
+            .as_deref()
+            .unwrap_or("")
+            .contains("### Verification")
+    );
+    // A redelivery of the finished job does nothing.
+    let again = deliver(&c, &url, "issues", "e2e-1", body).await;
+    assert_eq!(again.status(), 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.check_one_pr_and_the_fixed_branch();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The worker is killed (SIGKILL, at the run's `after-plan` crash point) in the middle of
+/// the run; after a restart the job is claimed again once its lease runs out and the same
+/// run is continued: one branch, one draft PR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_mid_run_continues_the_same_run_after_restart() {
+    let w = world().await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = w.serve(port, Some("after-plan"));
+    wait_healthy(&url).await;
+    let c = client();
+    let resp = deliver(
+        &c,
+        &url,
+        "issues",
+        "e2e-kill",
+        serde_json::to_vec(&w.payload).unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    let store = w.store().await;
+    assert_eq!(store.recent(5).await.unwrap()[0].state, JobState::Running);
+
+    let mut child = w.serve(port, None);
+    wait_healthy(&url).await;
+    let job = wait_finished(&store).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
+    assert_eq!(job.attempts, 2);
+    let runs: Vec<_> = std::fs::read_dir(w.tmp.path().join("state/repos"))
+        .unwrap()
+        .flat_map(|o| std::fs::read_dir(o.unwrap().path()).unwrap())
+        .flat_map(|r| std::fs::read_dir(r.unwrap().path().join("agent/runs")).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 1, "one run, continued");
+    w.check_one_pr_and_the_fixed_branch();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
