@@ -221,9 +221,7 @@ fn find_and_apply(text: &str, old: &str, new: &str, eol: &str) -> Result<Applied
             0 => continue,
             1 => {
                 let c = &cands[0];
-                return Ok(apply_candidate(
-                    text, &file, &old_l, &new_l, c, level.kind, eol,
-                ));
+                return apply_candidate(text, &file, &old_l, &new_l, c, level.kind, eol);
             }
             _ => return Err(ambiguous(cands.iter().map(|c| c.start + 1).collect())),
         }
@@ -231,15 +229,7 @@ fn find_and_apply(text: &str, old: &str, new: &str, eol: &str) -> Result<Applied
     // 3. A small typo, only when clearly the one place meant.
     match typo_candidate(&file, &old_l.lines) {
         Typo::One(c) => {
-            return Ok(apply_candidate(
-                text,
-                &file,
-                &old_l,
-                &new_l,
-                &c,
-                MatchKind::Typo,
-                eol,
-            ));
+            return apply_candidate(text, &file, &old_l, &new_l, &c, MatchKind::Typo, eol);
         }
         Typo::Ambiguous(lines) => return Err(ambiguous(lines)),
         Typo::None => {}
@@ -930,8 +920,10 @@ fn apply_candidate(
     c: &Candidate,
     kind: MatchKind,
     eol: &str,
-) -> Applied {
+) -> Result<Applied, Refusal> {
     let inline = inline_map(file, &old.lines, &c.pairs);
+    let to_tabs = matches!(c.indent, IndentMap::Width { tabs: true, .. });
+    let mixed = to_tabs && space_indented(file);
     let kind = if kind != MatchKind::Typo && c.indent != IndentMap::Same {
         MatchKind::Indentation
     } else {
@@ -984,7 +976,19 @@ fn apply_candidate(
                 cursor = p + 1;
                 blank_cursor = blank_cursor.max(c.pairs[p].0 + 1);
             }
-            None => out_lines.push(reindent(nl, &c.indent, inline)),
+            None => {
+                // Where the model wrote spaces for the file's tabs, a new line's spaces are
+                // only known to be tabs when the file never indents with spaces and no run of
+                // spaces inside the line could have been a tab; otherwise refuse, never guess.
+                let rest = nl.trim_start();
+                let uncertain = to_tabs
+                    && ((mixed && rest.len() < nl.len())
+                        || (inline == Inline::Keep && rest.trim_end().contains("    ")));
+                if uncertain {
+                    return Err(uncertain_whitespace(c.start + 1, nl));
+                }
+                out_lines.push(reindent(nl, &c.indent, inline));
+            }
         }
     }
     let (mut start, mut end) = (c.start, c.end);
@@ -1035,13 +1039,32 @@ fn apply_candidate(
     content.push_str(&text[..region_start]);
     content.push_str(&replacement);
     content.push_str(&text[region_end..]);
-    Applied {
+    Ok(Applied {
         content: content.into_bytes(),
         kind,
         start_line: start + 1,
         old_lines: end - start,
         new_lines: out_lines.len(),
-    }
+    })
+}
+
+/// Whether some line of the file is indented with spaces (two or more, or spaces before a
+/// tab), so spaces in the model's text cannot be taken for the file's tabs.
+fn space_indented(file: &FileLines) -> bool {
+    file.lines.iter().any(|l| {
+        let ws = leading(l);
+        !l.trim().is_empty() && (ws.starts_with("  ") || ws.contains(" \t"))
+    })
+}
+
+fn uncertain_whitespace(line: usize, new_line: &str) -> Refusal {
+    let shown: String = new_line.trim().chars().take(SHOW_LINE_CHARS).collect();
+    refusal(
+        RefusalReason::Ambiguous { lines: vec![line] },
+        format!(
+            "old_text matches at line {line} only if its spaces stand for the file's tabs, and the new line `{shown}` has spaces that may be tabs or spaces; nothing was changed. Copy old_text and new_text with the file's own tabs."
+        ),
+    )
 }
 
 /// Character-bigram similarity of two lines, 0.0..=1.0.
@@ -1192,6 +1215,47 @@ mod tests {
         .unwrap();
         assert_eq!(kind, MatchKind::Indentation);
         assert_eq!(out, "func f() {\n\tif x {\n\t\ty()\n\t\treturn 1\n\t}\n}\n");
+    }
+
+    #[test]
+    fn spaces_for_tabs_in_a_file_that_also_indents_with_spaces_is_refused() {
+        // The file indents code with tabs but a raw string with spaces: a new line the model
+        // indented with spaces may be either, so the edit is refused, never guessed.
+        let go = "func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\nconst s = `\n    text\n`\n";
+        let old = "    if x {\n        return 1\n    }\n";
+        let err = apply(
+            go,
+            old,
+            "    if x {\n        y()\n        return 1\n    }\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::Ambiguous { .. }),
+            "{err:?}"
+        );
+        // Kept lines alone are certain: they are the file's own.
+        let (out, _) = apply(go, old, "    if x {\n    }\n").unwrap();
+        assert_eq!(
+            out,
+            "func f() {\n\tif x {\n\t}\n}\nconst s = `\n    text\n`\n"
+        );
+    }
+
+    #[test]
+    fn spaces_for_tabs_with_a_run_of_spaces_inside_a_new_line_is_refused() {
+        // The model turned every tab into four spaces, one inside a line: that run may have
+        // been a tab or spaces, so it is refused rather than guessed.
+        let go = "func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\n";
+        let err = apply(
+            go,
+            "    if x {\n        return 1\n    }\n",
+            "    if     ok := x; ok {\n        return 1\n    }\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::Ambiguous { .. }),
+            "{err:?}"
+        );
     }
 
     #[test]
