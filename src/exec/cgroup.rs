@@ -127,6 +127,11 @@ impl Cgroup {
             .collect()
     }
 
+    /// Whether no process is left in the cgroup (zombies already count as gone).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.members().is_empty()
+    }
+
     /// SIGKILL everything in the cgroup until it is empty (bounded).
     pub(crate) async fn kill_all(&self) {
         if self.v2 {

@@ -27,6 +27,8 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 enum Backend {
     Landlock {
         seccomp: Arc<Vec<seccompiler::sock_filter>>,
+        /// Made once per executor; every command restricts itself with it.
+        ruleset: Arc<OwnedFd>,
     },
     Bwrap {
         path: PathBuf,
@@ -96,6 +98,8 @@ impl LocalExecutor {
         this.report.network_requested = this.opts.network;
         let mode = this.opts.sandbox;
         let network = this.opts.network;
+        let mut ll_writable = vec![this.worktree.clone(), this.private.path().to_path_buf()];
+        ll_writable.extend(this.opts.writable.iter().cloned());
         let landlock = || -> Result<Backend> {
             if abi < 1 {
                 return Err(Error::SandboxUnavailable {
@@ -106,6 +110,7 @@ impl LocalExecutor {
             }
             Ok(Backend::Landlock {
                 seccomp: Arc::new(sandbox::seccomp_program(network)?),
+                ruleset: Arc::new(sandbox::landlock_ruleset(&ll_writable, network)?),
             })
         };
         let bwrap = || -> Result<Backend> {
@@ -289,17 +294,15 @@ impl LocalExecutor {
         let parent_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
         let env = super::env::sandbox_env(parent_env, &self.opts.pass_env, &home, &tmp, &env_extra);
-        let mut writable = vec![self.private.path().to_path_buf()];
-        writable.extend(self.opts.writable.iter().cloned());
 
         let (mut cmd, setup, parent) = match &self.backend {
-            Backend::Landlock { seccomp } => {
+            Backend::Landlock { seccomp, ruleset } => {
                 let (setup, parent) = ChildSetup::landlock(LandlockSpawn {
                     worktree: &self.worktree,
-                    writable: &writable,
                     network: self.opts.network,
                     limits: &self.opts.limits,
                     seccomp: seccomp.clone(),
+                    ruleset: ruleset.clone(),
                 })?;
                 let mut cmd = std::process::Command::new(program);
                 cmd.args(args);
@@ -414,7 +417,14 @@ impl LocalExecutor {
             cg.kill_all().await;
             cg.drained().await;
         }
-        if let Some(ns) = &userns {
+        // Every process of the command's user namespace descends from the child, which joined
+        // the cgroup before unsharing, and none can leave it (cgroupfs is not writable under
+        // Landlock, and read-only under bubblewrap's `--ro-bind / /`): an empty cgroup means an
+        // empty namespace, so the /proc scan is skipped.
+        let ns_empty = parent.cgroup.as_ref().is_some_and(|cg| cg.is_empty());
+        if let Some(ns) = &userns
+            && !ns_empty
+        {
             kill_namespace(ns).await;
         }
         // The group is gone; give stragglers' pipes a moment, then stop reading.

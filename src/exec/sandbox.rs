@@ -355,7 +355,7 @@ pub(crate) struct ChildSetup {
     /// Child end of the socket pair the proxy listener is passed back on.
     proxy_sock: Option<OwnedFd>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
-    ruleset: Option<OwnedFd>,
+    ruleset: Option<Arc<OwnedFd>>,
     seccomp: Option<Arc<Vec<seccompiler::sock_filter>>>,
     /// Write end of the step-report pipe (close-on-exec).
     err_pipe: OwnedFd,
@@ -428,10 +428,12 @@ fn socketpair() -> Result<(OwnedFd, OwnedFd)> {
 /// Inputs of one landlock-mechanism spawn.
 pub(crate) struct LandlockSpawn<'a> {
     pub worktree: &'a Path,
-    pub writable: &'a [PathBuf],
     pub network: NetworkMode,
     pub limits: &'a Limits,
     pub seccomp: Arc<Vec<seccompiler::sock_filter>>,
+    /// The executor's Landlock ruleset (worktree, private dir and extra writable paths), made
+    /// once: the paths are fixed for the executor's life and the rules hold their inodes.
+    pub ruleset: Arc<OwnedFd>,
 }
 
 impl ChildSetup {
@@ -462,9 +464,6 @@ impl ChildSetup {
             (None, None)
         };
         let (err_read, err_write) = pipe()?;
-        let mut writable = vec![s.worktree.to_path_buf()];
-        writable.extend(s.writable.iter().cloned());
-        let ruleset = landlock_ruleset(&writable, s.network)?;
         // SAFETY: geteuid/getegid cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         Ok((
@@ -476,7 +475,7 @@ impl ChildSetup {
                 unshare_net,
                 proxy_sock: proxy_child,
                 rlimits: rlimits(s.limits),
-                ruleset: Some(ruleset),
+                ruleset: Some(s.ruleset),
                 seccomp: Some(s.seccomp),
                 err_pipe: err_write,
                 limits_only: false,
