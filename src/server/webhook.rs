@@ -42,19 +42,38 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Read at most `max` bytes of `body`; `None` once it holds more. Stops reading there, so
-/// an oversized body is never held whole.
-async fn read_capped(body: Body, max: usize) -> Result<Option<Vec<u8>>, axum::Error> {
+/// Read at most `max` bytes of `body`; once it holds more, `Err` with the unread rest (what
+/// was read is dropped). Stops reading there, so an oversized body is never held whole.
+async fn read_capped(body: Body, max: usize) -> Result<Result<Vec<u8>, Body>, axum::Error> {
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;
         if buf.len() + chunk.len() > max {
-            return Ok(None);
+            // Past the cap: what was read is dropped; the rest goes back to be discarded.
+            drop(buf);
+            return Ok(Err(Body::from_stream(stream)));
         }
         buf.extend_from_slice(&chunk);
     }
-    Ok(Some(buf))
+    Ok(Ok(buf))
+}
+
+/// Read and discard what is left of a refused body, up to `limit` bytes or 10 s, so the
+/// client (still writing) reads the 413 instead of a broken pipe. Nothing is kept; a client
+/// that sends more than that is cut off.
+async fn drain(body: Body, limit: u64) {
+    let mut stream = body.into_data_stream();
+    let mut seen = 0u64;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len() as u64;
+            if seen > limit {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// The handler.
@@ -68,17 +87,21 @@ pub(super) async fn receive(
         .to_string();
     let declared =
         header_str(&headers, header::CONTENT_LENGTH.as_str()).and_then(|v| v.parse::<u64>().ok());
+    let drain_limit = 2 * st.max_body as u64;
     if declared.is_some_and(|n| n > st.max_body as u64) {
         st.metrics.delivery(&event, "too_large");
+        // Refused on the declared length: nothing is read into memory, only discarded.
+        drain(body, drain_limit).await;
         return reply(
             StatusCode::PAYLOAD_TOO_LARGE,
             json!({"error": "payload too large"}),
         );
     }
     let bytes = match read_capped(body, st.max_body).await {
-        Ok(Some(b)) => b,
-        Ok(None) => {
+        Ok(Ok(b)) => b,
+        Ok(Err(rest)) => {
             st.metrics.delivery(&event, "too_large");
+            drain(rest, drain_limit).await;
             return reply(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 json!({"error": "payload too large"}),

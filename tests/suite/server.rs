@@ -307,7 +307,7 @@ async fn size_cap_24mb_accepted_25mb_plus_one_is_413() {
     )
     .await;
     assert_eq!(resp.status(), 202);
-    // 25 MB + 1, declared: refused before a byte is read.
+    // 25 MB + 1, declared: refused on the length (the rest is discarded, never kept).
     let body = vec![b' '; server::MAX_BODY + 1];
     let resp = deliver(&client, &bot.url, "issues", "big-declared", body).await;
     assert_eq!(resp.status(), 413);
