@@ -310,7 +310,6 @@ async fn one_run(repo_dir: &Path, script_path: &Path, turns: usize) -> Result<Me
         ..StartOptions::default()
     };
     let outcome = engine::start(&svc, task, opts).await?;
-    let end = Instant::now();
     let marks = marks.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let totals = totals.lock().unwrap_or_else(|p| p.into_inner());
     // Coder turns between the first and the last (no plan, no baseline, no final test).
@@ -331,7 +330,6 @@ async fn one_run(repo_dir: &Path, script_path: &Path, turns: usize) -> Result<Me
                 .push(spent.get(p).copied().unwrap_or_default());
         }
     }
-    let _ = end;
     Ok(Measured {
         per_turn,
         parts,
