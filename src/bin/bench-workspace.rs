@@ -109,6 +109,10 @@ fn main() -> Result<()> {
         repo_dir.display()
     );
 
+    // Branch names unique to this invocation, deleted at the end, so runs never collide
+    // with what an interrupted earlier run left behind.
+    let tag = format!("{:x}", std::process::id());
+    let mut made: Vec<String> = Vec::new();
     let (mut git_add, mut ours_fresh, mut ours_warm, mut git_commit, mut ours_commit) =
         (vec![], vec![], vec![], vec![], vec![]);
     for i in 0..runs {
@@ -122,7 +126,11 @@ fn main() -> Result<()> {
                 "add",
                 "-q",
                 "-b",
-                &format!("bench/git-{i}"),
+                &{
+                    let b = format!("bench/git-{tag}-{i}");
+                    made.push(b.clone());
+                    b
+                },
                 dest.to_str().context("utf8")?,
                 "HEAD",
             ],
@@ -149,8 +157,12 @@ fn main() -> Result<()> {
         let t = Instant::now();
         let (wt, _) = repo.create_worktree(
             &WorktreeRequest {
-                run_id: format!("bench-fresh-{i}"),
-                branch: format!("agent/bench-fresh-{i}"),
+                run_id: format!("bench-fresh-{tag}-{i}"),
+                branch: {
+                    let b = format!("agent/bench-fresh-{tag}-{i}");
+                    made.push(b.clone());
+                    b
+                },
                 base: "HEAD".into(),
             },
             WorktreeOptions::default(),
@@ -168,8 +180,12 @@ fn main() -> Result<()> {
         let t = Instant::now();
         let (wt, prov) = repo.create_worktree(
             &WorktreeRequest {
-                run_id: format!("bench-warm-{i}"),
-                branch: format!("agent/bench-warm-{i}"),
+                run_id: format!("bench-warm-{tag}-{i}"),
+                branch: {
+                    let b = format!("agent/bench-warm-{tag}-{i}");
+                    made.push(b.clone());
+                    b
+                },
                 base: "HEAD".into(),
             },
             WorktreeOptions {
@@ -184,6 +200,9 @@ fn main() -> Result<()> {
         wt.remove()?;
         eprintln!("run {} of {runs} done", i + 1);
     }
+    let mut delete = vec!["branch", "-q", "-D"];
+    delete.extend(made.iter().map(String::as_str));
+    git(&repo_dir, &delete)?;
     let (ga, of, ow, gc, oc) = (
         median(git_add),
         median(ours_fresh),

@@ -186,6 +186,14 @@ pub(super) struct Progress {
 }
 
 impl Progress {
+    /// Progress as `tracing` debug events, for a front door with no terminal (the bot).
+    pub(super) fn traced() -> Self {
+        Progress {
+            callback: Arc::new(|e: &RunEvent| tracing::debug!(event = ?e, "run progress")),
+            bar: None,
+        }
+    }
+
     /// Clear the live line before the result is printed.
     fn finish(&self) {
         if let Some(bar) = &self.bar {

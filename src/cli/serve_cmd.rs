@@ -9,9 +9,14 @@ use anyhow::{Context as _, bail};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
-use crate::server::github::{Credentials, GitHubRunner, Publisher, Target};
-use crate::server::{self, AppState, JobRunner, WorkerOptions};
+use crate::forge::CommentTarget;
+use crate::run::publish::{self, PublishRequest, Published};
+use crate::run::state::RunState;
+use crate::server::github::{Credentials, GitHubRunner, Publisher, Request, Target};
+use crate::server::{self, AppState, JobOutcome, JobRunner, WorkerOptions};
 use crate::store;
+use crate::task::{RepoRef, Task};
+use crate::workspace::{Credentials as GitCredentials, Repo};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -94,9 +99,9 @@ fn init_tracing(filter: &str, format: LogFormat) {
     };
 }
 
-/// The bot's run path until the shared `run::publish` is in: mirror the repository's base
-/// branch into a bare repository under the state directory, run the engine there, push the
-/// branch and the run record, open the draft pull request.
+/// The bot's run path: mirror the repository's base branch into a bare repository under the
+/// state directory, then hand the request to `run::publish` — the path the Action takes —
+/// for the 👀, the progress comment, the run (or its continuation), the push and the draft PR.
 struct EnginePublisher {
     mirrors: PathBuf,
 }
@@ -105,11 +110,17 @@ struct EnginePublisher {
 impl Publisher for EnginePublisher {
     async fn publish(
         &self,
-        triggered: crate::trigger::Triggered,
+        request: Request,
         target: Target,
         cancel: CancellationToken,
-    ) -> server::Result<server::RunSummary> {
-        let key = triggered.task.key.clone();
+    ) -> server::Result<JobOutcome> {
+        let what = match &request {
+            Request::Run(t) => t.task.key.clone(),
+            Request::Approve { control, .. } => {
+                format!("{}#{}:approve", control.repo, control.number)
+            }
+            Request::Retry(control) => format!("{}#{}:retry", control.repo, control.number),
+        };
         let mirrors = self.mirrors.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The engine's future is not Send (a repository handle is not Sync): it gets a thread
@@ -121,7 +132,7 @@ impl Publisher for EnginePublisher {
             {
                 Ok(rt) => rt.block_on(async move {
                     tokio::select! {
-                        r = engine_publish(&mirrors, triggered, target) => r,
+                        r = engine_publish(&mirrors, request, target) => r,
                         () = cancel.cancelled() => Err(anyhow::anyhow!("cancelled")),
                     }
                 }),
@@ -130,24 +141,18 @@ impl Publisher for EnginePublisher {
             let _ = tx.send(result);
         });
         let result = rx.await.map_err(|_| server::Error::Runner {
-            job: key.clone(),
+            job: what.clone(),
             message: "the run's thread died".into(),
         })?;
         result.map_err(|e| server::Error::Runner {
-            job: key,
+            job: what,
             message: format!("{e:#}"),
         })
     }
 }
 
-async fn engine_publish(
-    mirrors: &std::path::Path,
-    triggered: crate::trigger::Triggered,
-    target: Target,
-) -> anyhow::Result<server::RunSummary> {
-    use crate::workspace::{Credentials as GitCredentials, Repo, run_ref};
-    let task = triggered.task;
-    let repo_ref = task.repo.clone().context("the task names no repository")?;
+/// The bare mirror of `repo_ref` under `mirrors`, created on first use.
+fn mirror(mirrors: &std::path::Path, repo_ref: &RepoRef) -> anyhow::Result<Repo> {
     let dir = mirrors
         .join(&repo_ref.owner)
         .join(format!("{}.git", repo_ref.name));
@@ -156,119 +161,156 @@ async fn engine_publish(
             .with_context(|| format!("cannot create {}", dir.display()))?;
         gix::init_bare(&dir).with_context(|| format!("cannot init {}", dir.display()))?;
     }
-    let repo = Repo::open(&dir)?;
+    Ok(Repo::open(&dir)?)
+}
+
+/// Bring the task's base branch (and the PR branch it continues, as `origin/<branch>`) from
+/// the remote into the mirror.
+fn fetch_for(repo: &Repo, task: &Task, target: &Target) -> anyhow::Result<()> {
     let creds = target
         .git_token
         .as_ref()
         .map(|t| GitCredentials::Token(secrecy::ExposeSecret::expose_secret(t).to_string()));
-    repo.fetch_branch(&target.remote, &task.base, creds.as_ref())
-        .with_context(|| format!("cannot fetch {} from {}", task.base, target.remote))?;
-    let cfg = crate::cli::context::load_config(Some((&repo, &task.base)), None, Vec::new())?;
-    let prefix = cfg.settings.git.branch_prefix.clone();
-    let svc = run_services(repo, cfg)?;
-    // A job claimed again after its worker died continues the run of the same request
-    // (one branch, one PR) instead of starting another.
-    let out = match earlier_run(&svc.repo, &task.key) {
-        Some(run_id) => {
-            tracing::info!(%run_id, key = %task.key, "continuing the earlier run of this request");
-            crate::run::engine::resume(&svc, &run_id, false, "git-agent").await?
-        }
-        None => crate::run::engine::start(&svc, task.clone(), Default::default()).await?,
-    };
-    let rec = out.record;
-    let (spend_usd, _) = rec.spend();
-    let report = std::fs::read_to_string(out.run_dir.join(crate::run::record::files::PR)).ok();
-    let mut pr_url = None;
-    if !rec.commits.is_empty() {
-        let refs = vec![format!("refs/heads/{}", rec.branch), run_ref(&rec.run_id)];
-        target
-            .forge
-            .push(svc.repo.clone(), &target.remote, &refs, &prefix)
-            .await
-            .context("cannot push the run branch")?;
-        let pr = target
-            .forge
-            .open_draft_pr(
-                &repo_ref,
-                &crate::forge::PrRequest {
-                    title: crate::run::record::first_line(&task.goal, 72),
-                    body: report.clone().unwrap_or_default(),
-                    head: rec.branch.clone(),
-                    base: task.base.clone(),
-                },
-            )
-            .await
-            .context("cannot open the draft pull request")?;
-        pr_url = Some(pr.html_url);
+    let base = task
+        .base
+        .trim_start_matches("refs/heads/")
+        .trim_start_matches("origin/");
+    repo.fetch_branch(&target.remote, base, creds.as_ref())
+        .with_context(|| format!("cannot fetch {base} from {}", target.remote))?;
+    if let Some(branch) = &task.branch {
+        repo.fetch_branch_as(
+            &target.remote,
+            branch,
+            &format!("refs/remotes/origin/{branch}"),
+            creds.as_ref(),
+        )
+        .with_context(|| format!("cannot fetch {branch} from {}", target.remote))?;
     }
-    Ok(server::RunSummary {
-        run_id: rec.run_id.clone(),
-        state: rec.state.as_str().to_string(),
-        pr_url,
-        report,
+    Ok(())
+}
+
+fn summary(p: &Published) -> server::RunSummary {
+    let (spend_usd, _) = p.record.spend();
+    server::RunSummary {
+        run_id: p.run_id.clone(),
+        state: p.state.as_str().to_string(),
+        pr_url: p.pr_url.clone(),
+        report: Some(p.report.clone()),
         spend_usd,
-        detail: format!("run {} {}", rec.run_id, rec.state.as_str()),
-    })
-}
-
-/// The newest run in the mirror whose task has `key`.
-fn earlier_run(repo: &crate::workspace::Repo, key: &str) -> Option<String> {
-    let runs = repo.agent_dir().join("runs");
-    let mut found: Vec<String> = std::fs::read_dir(&runs)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let id = e.file_name().to_string_lossy().into_owned();
-            let rec = crate::run::record::RunRecord::load(&e.path()).ok()?;
-            (rec.task.key == key).then_some(id)
-        })
-        .collect();
-    // Run ids are ULIDs: the largest is the newest.
-    found.sort();
-    found.pop()
-}
-
-fn run_services(
-    repo: crate::workspace::Repo,
-    cfg: crate::config::Config,
-) -> anyhow::Result<crate::run::engine::Services> {
-    use crate::model::{Router, RouterOptions};
-    let env = |k: &str| std::env::var(k).ok();
-    let router = Router::from_settings(
-        &cfg.settings,
-        &RouterOptions {
-            model_flags: Vec::new(),
-            record: None,
-            resume: None,
-        },
-        &env,
-    )?;
-    if router.spec(crate::model::Role::Coder).is_none() {
-        bail!("no model is configured for the bot: set [models] coder or GIT_AGENT_MODELS_CODER");
+        detail: format!("run {} {}", p.run_id, p.state.as_str()),
     }
-    let mut key_names: Vec<String> = Vec::new();
-    for p in [
-        &cfg.settings.providers.openai,
-        &cfg.settings.providers.anthropic,
-        &cfg.settings.providers.ollama,
-    ] {
-        if let Some(k) = &p.api_key_env {
-            key_names.push(k.clone());
+}
+
+async fn engine_publish(
+    mirrors: &std::path::Path,
+    request: Request,
+    target: Target,
+) -> anyhow::Result<JobOutcome> {
+    let forge = target.forge.as_ref();
+    let repo_ref = request
+        .repo()
+        .cloned()
+        .context("the task names no repository")?;
+    let repo = mirror(mirrors, &repo_ref)?;
+    let ignored = |reason: String| Ok(JobOutcome::Ignored { reason });
+    // What to publish, and the record of the run it continues (for its spend and models).
+    let (mut req, record) = match request {
+        Request::Run(t) => {
+            fetch_for(&repo, &t.task, &target)?;
+            let record = publish::find_run(&repo, forge, &t.task, &target.remote)
+                .await?
+                .and_then(|e| e.record);
+            (
+                PublishRequest::new(t.task, t.react_to, target.remote.clone()),
+                record,
+            )
         }
-    }
-    let redactor = crate::audit::redact::Redactor::from_process_env(&key_names)?;
-    let exec_options = crate::exec::ExecOptions::from_settings(&cfg.settings);
-    Ok(crate::run::engine::Services {
-        config: cfg,
+        Request::Approve { control, run } => {
+            let found = publish::run_in_conversation(
+                &repo,
+                forge,
+                &control.repo,
+                control.number,
+                run.as_deref(),
+                &target.remote,
+            )
+            .await?;
+            let Some(record) = found else {
+                return ignored(format!(
+                    "no agent run{} on #{} to approve",
+                    run.map(|r| format!(" {r}")).unwrap_or_default(),
+                    control.number
+                ));
+            };
+            if record.state != RunState::AwaitingApproval {
+                return ignored(format!(
+                    "run {} is {}, not awaiting approval",
+                    record.run_id, record.state
+                ));
+            }
+            fetch_for(&repo, &record.task, &target)?;
+            let mut req = PublishRequest::new(
+                record.task.clone(),
+                Some(control.comment),
+                target.remote.clone(),
+            );
+            req.approve = Some(control.requested_by.login.clone());
+            (req, Some(record))
+        }
+        Request::Retry(control) => {
+            let found = publish::run_in_conversation(
+                &repo,
+                forge,
+                &control.repo,
+                control.number,
+                None,
+                &target.remote,
+            )
+            .await?;
+            let Some(last) = found else {
+                return ignored(format!("no agent run on #{} to retry", control.number));
+            };
+            if !last.state.is_terminal() {
+                return ignored(format!(
+                    "run {} is {}: it has not ended, so there is nothing to retry",
+                    last.run_id, last.state
+                ));
+            }
+            // A new request: keyed on the retry comment (a redelivery of it continues the same
+            // retry), on a branch of its own beside the first run's.
+            let mut task = last.task.clone();
+            let (CommentTarget::IssueComment(comment_id)
+            | CommentTarget::ReviewComment(comment_id)) = control.comment;
+            task.key = format!("{}:retry-{comment_id}", last.task.key);
+            fetch_for(&repo, &task, &target)?;
+            let record = publish::find_run(&repo, forge, &task, &target.remote)
+                .await?
+                .and_then(|e| e.record);
+            let mut req = PublishRequest::new(task, Some(control.comment), target.remote.clone());
+            if last.task.branch.is_none() {
+                req.start.branch = Some(format!("{}-retry-{comment_id}", last.branch));
+            }
+            (req, record)
+        }
+    };
+    let cfg = crate::cli::context::load_config(Some((&repo, &req.task.base)), None, Vec::new())?;
+    let models = record
+        .as_ref()
+        .map(|r| r.model_flags.clone())
+        .unwrap_or_default();
+    let mut svc = super::fix_cmd::services(
         repo,
-        router: Arc::new(router),
-        redactor: Arc::new(redactor),
-        progress: Arc::new(|e: &crate::run::engine::RunEvent| {
-            tracing::debug!(event = ?e, "run progress");
-        }),
-        exec_options,
-        warm_pool: false,
-    })
+        cfg,
+        &models,
+        None,
+        record.as_ref().map(publish::resume_state),
+        &super::fix_cmd::Progress::traced(),
+    )?;
+    // Several workers share a mirror: each run checks out its own worktree.
+    svc.warm_pool = false;
+    req.start.model_flags = models;
+    let published = publish::publish(&svc, forge, req).await?;
+    Ok(JobOutcome::Ran(summary(&published)))
 }
 
 /// Run the server until SIGINT or SIGTERM.

@@ -8,12 +8,13 @@ use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::runner::{JobInput, JobOutcome, JobRunner, RunSummary};
+use super::runner::{JobInput, JobOutcome, JobRunner};
 use super::{Error, Result};
 use crate::config::TriggerConfig;
 use crate::forge::Forge;
 use crate::forge::github::{Auth, GitHub, GitHubOptions};
-use crate::trigger::{self, Outcome, Triggered};
+use crate::task::RepoRef;
+use crate::trigger::{self, Control, Outcome, Triggered};
 
 /// How the bot authenticates to GitHub.
 #[derive(Clone)]
@@ -49,17 +50,44 @@ pub struct Target {
     pub git_token: Option<SecretString>,
 }
 
-/// Runs a triggered task to its pull request, put behind a trait so the worker does not
-/// depend on how it is done (the seam for the shared `run::publish`).
+/// What a job asks of the run-and-publish path.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// Start (or continue, when the same request ran before) a run.
+    Run(Box<Triggered>),
+    /// `/agent approve [RUN]`: approve the conversation's run awaiting approval and continue it.
+    Approve {
+        /// Where and by whom (the trigger checked the commenter's permission).
+        control: Control,
+        /// The run named in the command, if any (else the newest in the conversation).
+        run: Option<String>,
+    },
+    /// `/agent retry`: run the conversation's newest request again, as a new run.
+    Retry(Control),
+}
+
+impl Request {
+    /// The repository the request is about.
+    pub fn repo(&self) -> Option<&RepoRef> {
+        match self {
+            Request::Run(t) => t.task.repo.as_ref(),
+            Request::Approve { control, .. } | Request::Retry(control) => Some(&control.repo),
+        }
+    }
+}
+
+/// Runs a request to its pull request, put behind a trait so the worker does not depend on
+/// how it is done (production: `run::publish`, the path the Action takes too).
 #[async_trait]
 pub trait Publisher: Send + Sync {
-    /// Run `triggered` and publish it on `target`; return soon once `cancel` fires.
+    /// Carry out `request` on `target`; return soon once `cancel` fires. A request that finds
+    /// nothing to do (an approval with no run awaiting one) is [`JobOutcome::Ignored`].
     async fn publish(
         &self,
-        triggered: Triggered,
+        request: Request,
         target: Target,
         cancel: CancellationToken,
-    ) -> Result<RunSummary>;
+    ) -> Result<JobOutcome>;
 }
 
 /// The production runner.
@@ -129,40 +157,31 @@ impl JobRunner for GitHubRunner {
         )
         .await
         .map_err(|e| fail(e.to_string()))?;
-        match outcome {
-            Outcome::Ignored { reason } => Ok(JobOutcome::Ignored { reason }),
-            Outcome::Stop(control) => Ok(JobOutcome::Stop {
-                lane: format!("{}#{}", control.repo, control.number),
-            }),
-            Outcome::Approve { .. } => Ok(JobOutcome::Ignored {
-                reason: "`/agent approve` is not handled by the webhook bot yet; run `git agent resume RUN --approve`".into(),
-            }),
-            Outcome::Retry(_) => Ok(JobOutcome::Ignored {
-                reason: "`/agent retry` is not handled by the webhook bot yet; redeliver the request".into(),
-            }),
-            Outcome::Run(triggered) => {
-                let Some(repo) = triggered.task.repo.clone() else {
-                    return Err(fail("the task names no repository".into()));
-                };
-                let git_token = github
-                    .git_token()
-                    .await
-                    .map_err(|e| fail(e.to_string()))?;
-                let target = Target {
-                    forge,
-                    remote: format!(
-                        "{}/{}/{}.git",
-                        self.git_base.trim_end_matches('/'),
-                        repo.owner,
-                        repo.name
-                    ),
-                    git_token: Some(SecretString::from(git_token)),
-                };
-                self.publisher
-                    .publish(*triggered, target, cancel)
-                    .await
-                    .map(JobOutcome::Ran)
+        let request = match outcome {
+            Outcome::Ignored { reason } => return Ok(JobOutcome::Ignored { reason }),
+            Outcome::Stop(control) => {
+                return Ok(JobOutcome::Stop {
+                    lane: format!("{}#{}", control.repo, control.number),
+                });
             }
-        }
+            Outcome::Approve { control, run } => Request::Approve { control, run },
+            Outcome::Retry(control) => Request::Retry(control),
+            Outcome::Run(triggered) => Request::Run(triggered),
+        };
+        let Some(repo) = request.repo().cloned() else {
+            return Err(fail("the task names no repository".into()));
+        };
+        let git_token = github.git_token().await.map_err(|e| fail(e.to_string()))?;
+        let target = Target {
+            forge,
+            remote: format!(
+                "{}/{}/{}.git",
+                self.git_base.trim_end_matches('/'),
+                repo.owner,
+                repo.name
+            ),
+            git_token: Some(SecretString::from(git_token)),
+        };
+        self.publisher.publish(request, target, cancel).await
     }
 }

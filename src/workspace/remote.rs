@@ -100,10 +100,23 @@ impl Repo {
         branch: &str,
         creds: Option<&Credentials>,
     ) -> Result<()> {
-        if remote.starts_with('-') || branch.starts_with('-') || branch.contains("..") {
+        self.fetch_branch_as(remote, branch, &format!("refs/heads/{branch}"), creds)
+    }
+
+    /// Fetch `refs/heads/<branch>` from `remote` into the local ref `dest` (forced), e.g.
+    /// `refs/remotes/origin/<branch>` to keep a remote branch beside a local one.
+    pub fn fetch_branch_as(
+        &self,
+        remote: &str,
+        branch: &str,
+        dest: &str,
+        creds: Option<&Credentials>,
+    ) -> Result<()> {
+        let bad = |s: &str| s.starts_with('-') || s.contains("..") || s.contains(':');
+        if remote.starts_with('-') || bad(branch) || bad(dest) || !dest.starts_with("refs/") {
             return Err(Error::InvalidName {
-                name: format!("{remote} {branch}"),
-                why: "not a remote and branch".into(),
+                name: format!("{remote} {branch} {dest}"),
+                why: "not a remote, branch and destination ref".into(),
             });
         }
         let r = format!("refs/heads/{branch}");
@@ -111,7 +124,7 @@ impl Repo {
             "fetch".to_string(),
             "--no-tags".to_string(),
             remote.to_string(),
-            format!("+{r}:{r}"),
+            format!("+{r}:{dest}"),
         ];
         let env: Vec<(&str, String)> = creds.map(|c| c.env()).unwrap_or_default();
         let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();

@@ -2,7 +2,9 @@
 //! published `issues.labeled` example, signed, posted to the bot; the trigger asks the fake
 //! GitHub (checked against GitHub's REST description) for the sender's permission; the run
 //! mirrors the repository from its remote, fixes the failing Python test with a scripted
-//! model in the sandbox, pushes the branch and opens one draft pull request.
+//! model in the sandbox, pushes the branch and opens one draft pull request — through
+//! `run::publish`, the path the Action takes: 👀, one progress comment edited in place,
+//! `/agent approve` and `/agent retry`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -63,6 +65,26 @@ struct World {
 }
 
 async fn world() -> World {
+    world_with(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["calc.py"]}]}}]}),
+        edit_line(),
+        finish_line(),
+    ])
+    .await
+}
+
+fn edit_line() -> Value {
+    json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
+        "path": "calc.py", "old_text": "def add(a, b):\n    return a - b",
+        "new_text": "def add(a, b):\n    return a + b"}}]})
+}
+
+fn finish_line() -> Value {
+    json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]})
+}
+
+async fn world_with(lines: &[Value]) -> World {
     let tmp = tempfile::tempdir().unwrap();
     let payload = labeled_example();
     let owner = payload["repository"]["owner"]["login"]
@@ -117,20 +139,13 @@ async fn world() -> World {
     );
 
     let script = tmp.path().join("script.jsonl");
-    let lines = [
-        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
-            "steps": [{"title": "Make add add", "files": ["calc.py"]}]}}]}),
-        json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
-            "path": "calc.py", "old_text": "def add(a, b):\n    return a - b",
-            "new_text": "def add(a, b):\n    return a + b"}}]}),
-        json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]}),
-    ];
     std::fs::write(
         &script,
         lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
     )
     .unwrap();
     let model = format!("scripted:{}", script.display());
+    std::fs::create_dir_all(tmp.path().join("config/git-agent")).unwrap();
     World {
         tmp,
         payload,
@@ -173,6 +188,61 @@ impl World {
         SqliteStore::open(&self.tmp.path().join("state/serve.db"))
             .await
             .unwrap()
+    }
+
+    fn number(&self) -> u64 {
+        self.payload["issue"]["number"].as_u64().unwrap()
+    }
+
+    /// The bot's progress comments on the issue.
+    fn progress_comments(&self) -> Vec<String> {
+        let n = self.number();
+        self.fake
+            .world()
+            .comments
+            .iter()
+            .filter(|(i, c)| {
+                *i == n
+                    && c["body"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("git-agent:progress")
+            })
+            .map(|(_, c)| c["body"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// `/agent …` from the labeling sender, as an `issue_comment.created` delivery of the same
+    /// repository and issue; returns the payload and the comment id.
+    fn command(&self, text: &str) -> (Value, u64) {
+        let path = npm_dir().join("@octokit/webhooks-examples/api.github.com/index.json");
+        let all: Vec<Value> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let mut e = all
+            .iter()
+            .find(|e| e["name"] == "issue_comment")
+            .and_then(|e| {
+                e["examples"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["action"] == "created")
+            })
+            .unwrap()
+            .clone();
+        let id = self.fake.add_comment(
+            self.number(),
+            self.payload["sender"]["login"].as_str().unwrap(),
+            false,
+            text,
+        );
+        e["comment"]["id"] = json!(id);
+        e["comment"]["body"] = json!(text);
+        e["comment"]["user"] = self.payload["sender"].clone();
+        e["sender"] = self.payload["sender"].clone();
+        e["repository"] = self.payload["repository"].clone();
+        e["issue"] = self.payload["issue"].clone();
+        e["issue"].as_object_mut().unwrap().remove("pull_request");
+        (e, id)
     }
 
     fn check_one_pr_and_the_fixed_branch(&self) {
@@ -258,6 +328,11 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
     assert_eq!(again.status(), 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
     w.check_one_pr_and_the_fixed_branch();
+    // One progress comment, edited in place to the end state with the PR's link.
+    let comments = w.progress_comments();
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(comments[0].contains("✅ succeeded"), "{}", comments[0]);
+    assert!(comments[0].contains(&pr_url), "{}", comments[0]);
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -303,6 +378,156 @@ async fn worker_killed_mid_run_continues_the_same_run_after_restart() {
         .collect();
     assert_eq!(runs.len(), 1, "one run, continued");
     w.check_one_pr_and_the_fixed_branch();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Wait for the job of `delivery` to finish.
+async fn wait_delivery(store: &SqliteStore, delivery: &str) -> git_agent::store::Job {
+    for _ in 0..1200 {
+        let jobs = store.recent(20).await.unwrap();
+        if let Some(j) = jobs
+            .into_iter()
+            .find(|j| j.delivery_id == delivery && j.state.is_finished())
+        {
+            return j;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the job of {delivery} did not finish within two minutes: {:?}",
+        store.recent(20).await.unwrap()
+    );
+}
+
+/// A policy `ask` pauses the bot's run (no PR; the progress comment says what waits);
+/// `/agent approve` in the issue continues the same run to its draft PR, the approved
+/// command having run, with 👀 on the approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_approve_continues_the_bots_paused_run() {
+    let w = world_with(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["calc.py", "approved.txt"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": "touch approved.txt"}}]}),
+        edit_line(),
+        finish_line(),
+    ])
+    .await;
+    std::fs::write(
+        w.tmp.path().join("config/git-agent/config.toml"),
+        "[[policy.commands]]\nprefix = [\"touch\"]\ndecision = \"ask\"\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = w.serve(port, None);
+    wait_healthy(&url).await;
+    let c = client();
+    let resp = deliver(
+        &c,
+        &url,
+        "issues",
+        "ask-1",
+        serde_json::to_vec(&w.payload).unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let store = w.store().await;
+    let job = wait_delivery(&store, "ask-1").await;
+    assert_eq!(
+        job.run_state.as_deref(),
+        Some("awaiting_approval"),
+        "{job:?}"
+    );
+    assert!(w.fake.world().pulls.is_empty());
+    let comments = w.progress_comments();
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(
+        comments[0].contains("✋ awaiting approval"),
+        "{}",
+        comments[0]
+    );
+    assert!(
+        comments[0].contains("touch approved.txt"),
+        "{}",
+        comments[0]
+    );
+    let run_id = job.run_id.clone().unwrap();
+
+    let (event, comment_id) = w.command("/agent approve");
+    let resp = deliver(
+        &c,
+        &url,
+        "issue_comment",
+        "approve-1",
+        serde_json::to_vec(&event).unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let job = wait_delivery(&store, "approve-1").await;
+    assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
+    assert_eq!(job.run_id.as_deref(), Some(run_id.as_str()), "the same run");
+    w.check_one_pr_and_the_fixed_branch();
+    let pulls = w.fake.world().pulls.clone();
+    let branch = pulls[0]["head"]["ref"].as_str().unwrap().to_string();
+    let files = git(&w.remote, &["show", "--name-only", "--format=", &branch]);
+    assert!(
+        files.contains("approved.txt"),
+        "the approved command ran: {files}"
+    );
+    let comments = w.progress_comments();
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(comments[0].contains("✅ succeeded"), "{}", comments[0]);
+    assert!(w.fake.world().reactions.iter().any(|(path, r)| {
+        path.ends_with(&format!("/issues/comments/{comment_id}/reactions")) && r == "eyes"
+    }));
+    w.fake.assert_clean();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// `/agent retry` after a finished run starts the request again as a new run on a branch of
+/// its own (a second PR); a redelivery of the retry comment does no more work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_retry_runs_the_request_again_as_a_new_run() {
+    let w = world().await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = w.serve(port, None);
+    wait_healthy(&url).await;
+    let c = client();
+    let resp = deliver(
+        &c,
+        &url,
+        "issues",
+        "first",
+        serde_json::to_vec(&w.payload).unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let store = w.store().await;
+    let first = wait_delivery(&store, "first").await;
+    assert_eq!(first.run_state.as_deref(), Some("succeeded"), "{first:?}");
+
+    let (event, _) = w.command("/agent retry");
+    let body = serde_json::to_vec(&event).unwrap();
+    let resp = deliver(&c, &url, "issue_comment", "retry-1", body.clone()).await;
+    assert_eq!(resp.status(), 202);
+    let second = wait_delivery(&store, "retry-1").await;
+    assert_eq!(second.run_state.as_deref(), Some("succeeded"), "{second:?}");
+    assert_ne!(second.run_id, first.run_id, "a new run");
+    assert_ne!(second.pr_url, first.pr_url, "its own PR");
+    let again = deliver(&c, &url, "issue_comment", "retry-1", body).await;
+    assert_eq!(again.status(), 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let branches = git(
+        &w.remote,
+        &["for-each-ref", "--format=%(refname)", "refs/heads/agent/"],
+    );
+    assert_eq!(branches.lines().count(), 2, "{branches}");
+    assert_eq!(w.fake.world().pulls.len(), 2);
+    assert_eq!(w.progress_comments().len(), 2);
+    w.fake.assert_clean();
     child.kill().unwrap();
     child.wait().unwrap();
 }
