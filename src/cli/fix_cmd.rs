@@ -357,20 +357,11 @@ fn local_issue_text(repo: &Repo, n: u64) -> anyhow::Result<String> {
             dir.display()
         )
     })?;
-    let mut text = format!(
-        "Issue #{}: {}\n\n{}\n",
-        issue.number, issue.title, issue.body
-    );
-    let comments: Vec<String> = issue
+    let kept = issue
         .comments
         .iter()
-        .filter(|c| crate::forge::progress_run_id(&c.body).is_none())
-        .map(|c| format!("@{} wrote:\n{}\n", c.author.login, c.body.trim()))
-        .collect();
-    if !comments.is_empty() {
-        text.push_str("\nComments:\n\n");
-        text.push_str(&comments.join("\n"));
-    }
+        .filter(|c| crate::forge::progress_run_id(&c.body).is_none());
+    let text = issue.task_text(kept, 0);
     Ok(text)
 }
 

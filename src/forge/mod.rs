@@ -118,6 +118,38 @@ pub struct Issue {
     pub comments: Vec<Comment>,
 }
 
+impl Issue {
+    /// The issue as a task's text: `Issue #N: title`, the body, then the `kept` comments
+    /// (`@login wrote:`) and how many were `left_out`. Every front door words a task the same
+    /// way, so a branch slug or a scripted replay does not depend on which one it came from.
+    pub fn task_text<'a>(
+        &self,
+        kept: impl IntoIterator<Item = &'a Comment>,
+        left_out: usize,
+    ) -> String {
+        let kind = if self.is_pull_request {
+            "Pull request"
+        } else {
+            "Issue"
+        };
+        let mut text = format!("{kind} #{}: {}\n\n{}\n", self.number, self.title, self.body);
+        let kept: Vec<String> = kept
+            .into_iter()
+            .map(|c| format!("@{} wrote:\n{}\n", c.author.login, c.body.trim()))
+            .collect();
+        if !kept.is_empty() {
+            text.push_str("\nComments:\n\n");
+            text.push_str(&kept.join("\n"));
+        }
+        if left_out > 0 {
+            text.push_str(&format!(
+                "\n({left_out} comment(s) by people without permission to trigger the agent left out.)\n"
+            ));
+        }
+        text
+    }
+}
+
 /// A pull request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PullRequest {

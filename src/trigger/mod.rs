@@ -208,15 +208,6 @@ impl<'a> Gate<'a> {
                 what: format!("issue {}#{number}", self.repo),
                 source,
             })?;
-        let kind = if issue.is_pull_request {
-            "Pull request"
-        } else {
-            "Issue"
-        };
-        let mut text = format!(
-            "{kind} #{}: {}\n\n{}\n",
-            issue.number, issue.title, issue.body
-        );
         let mut left_out = 0usize;
         let mut kept = Vec::new();
         for c in &issue.comments {
@@ -226,18 +217,10 @@ impl<'a> Gate<'a> {
             if self.refusal(&c.author).await?.is_some() {
                 left_out += 1;
             } else {
-                kept.push(format!("@{} wrote:\n{}\n", c.author.login, c.body.trim()));
+                kept.push(c);
             }
         }
-        if !kept.is_empty() {
-            text.push_str("\nComments:\n\n");
-            text.push_str(&kept.join("\n"));
-        }
-        if left_out > 0 {
-            text.push_str(&format!(
-                "\n({left_out} comment(s) by people without permission to trigger the agent left out.)\n"
-            ));
-        }
+        let text = issue.task_text(kept, left_out);
         Ok(text)
     }
 }
