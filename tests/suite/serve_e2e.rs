@@ -286,33 +286,66 @@ async fn wait_healthy(url: &str) {
     panic!("{url} never became healthy");
 }
 
-async fn wait_finished(store: &SqliteStore) -> git_agent::store::Job {
-    for _ in 0..1200 {
-        let jobs = store.recent(5).await.unwrap();
-        if let Some(j) = jobs.into_iter().find(|j| j.state.is_finished()) {
-            return j;
+/// A `git agent serve` child of a test, with its client and store.
+struct Running {
+    child: std::process::Child,
+    url: String,
+    c: reqwest::Client,
+    store: SqliteStore,
+}
+
+impl Running {
+    async fn start(w: &World, port: u16, kill_at: Option<&str>) -> Running {
+        let url = format!("http://127.0.0.1:{port}");
+        let child = w.serve(port, kill_at);
+        wait_healthy(&url).await;
+        Running {
+            child,
+            url,
+            c: client(),
+            store: w.store().await,
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!(
-        "the job did not finish within two minutes: {:?}",
-        store.recent(5).await.unwrap()
-    );
+
+    /// Post `payload` as `event` with the delivery id `delivery`; the HTTP status.
+    async fn post(&self, event: &str, delivery: &str, payload: &Value) -> u16 {
+        let body = serde_json::to_vec(payload).unwrap();
+        deliver(&self.c, &self.url, event, delivery, body)
+            .await
+            .status()
+            .as_u16()
+    }
+
+    /// Wait for the job of `delivery` to finish.
+    async fn finished(&self, delivery: &str) -> git_agent::store::Job {
+        for _ in 0..1200 {
+            let jobs = self.store.recent(20).await.unwrap();
+            if let Some(j) = jobs
+                .into_iter()
+                .find(|j| j.delivery_id == delivery && j.state.is_finished())
+            {
+                return j;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "the job of {delivery} did not finish within two minutes: {:?}",
+            self.store.recent(20).await.unwrap()
+        );
+    }
+
+    fn stop(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
     let w = world().await;
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut child = w.serve(port, None);
-    wait_healthy(&url).await;
-    let c = client();
-    let body = serde_json::to_vec(&w.payload).unwrap();
-    let resp = deliver(&c, &url, "issues", "e2e-1", body.clone()).await;
-    assert_eq!(resp.status(), 202);
-    let store = w.store().await;
-    let job = wait_finished(&store).await;
+    let bot = Running::start(&w, free_port(), None).await;
+    assert_eq!(bot.post("issues", "e2e-1", &w.payload).await, 202);
+    let job = bot.finished("e2e-1").await;
     assert_eq!(job.state, JobState::Succeeded, "{job:?}");
     assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
     let pr_url = job.pr_url.clone().expect("a pull request");
@@ -324,8 +357,7 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
             .contains("### Verification")
     );
     // A redelivery of the finished job does nothing.
-    let again = deliver(&c, &url, "issues", "e2e-1", body).await;
-    assert_eq!(again.status(), 200);
+    assert_eq!(bot.post("issues", "e2e-1", &w.payload).await, 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
     w.check_one_pr_and_the_fixed_branch();
     // One progress comment, edited in place to the end state with the PR's link.
@@ -333,8 +365,7 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
     assert_eq!(comments.len(), 1, "{comments:#?}");
     assert!(comments[0].contains("✅ succeeded"), "{}", comments[0]);
     assert!(comments[0].contains(&pr_url), "{}", comments[0]);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    bot.stop();
 }
 
 /// The worker is killed (SIGKILL, at the run's `after-plan` crash point) in the middle of
@@ -344,30 +375,20 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
 async fn worker_killed_mid_run_continues_the_same_run_after_restart() {
     let w = world().await;
     let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut child = w.serve(port, Some("after-plan"));
-    wait_healthy(&url).await;
-    let c = client();
-    let resp = deliver(
-        &c,
-        &url,
-        "issues",
-        "e2e-kill",
-        serde_json::to_vec(&w.payload).unwrap(),
-    )
-    .await;
-    assert_eq!(resp.status(), 202);
-    let status = child.wait().unwrap();
+    let mut bot = Running::start(&w, port, Some("after-plan")).await;
+    assert_eq!(bot.post("issues", "e2e-kill", &w.payload).await, 202);
+    let status = bot.child.wait().unwrap();
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(9)
     );
-    let store = w.store().await;
-    assert_eq!(store.recent(5).await.unwrap()[0].state, JobState::Running);
+    assert_eq!(
+        bot.store.recent(5).await.unwrap()[0].state,
+        JobState::Running
+    );
 
-    let mut child = w.serve(port, None);
-    wait_healthy(&url).await;
-    let job = wait_finished(&store).await;
+    let bot = Running::start(&w, port, None).await;
+    let job = bot.finished("e2e-kill").await;
     assert_eq!(job.state, JobState::Succeeded, "{job:?}");
     assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
     assert_eq!(job.attempts, 2);
@@ -378,26 +399,8 @@ async fn worker_killed_mid_run_continues_the_same_run_after_restart() {
         .collect();
     assert_eq!(runs.len(), 1, "one run, continued");
     w.check_one_pr_and_the_fixed_branch();
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
-/// Wait for the job of `delivery` to finish.
-async fn wait_delivery(store: &SqliteStore, delivery: &str) -> git_agent::store::Job {
-    for _ in 0..1200 {
-        let jobs = store.recent(20).await.unwrap();
-        if let Some(j) = jobs
-            .into_iter()
-            .find(|j| j.delivery_id == delivery && j.state.is_finished())
-        {
-            return j;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "the job of {delivery} did not finish within two minutes: {:?}",
-        store.recent(20).await.unwrap()
-    );
+    assert_eq!(w.progress_comments().len(), 1);
+    bot.stop();
 }
 
 /// A policy `ask` pauses the bot's run (no PR; the progress comment says what waits);
@@ -418,22 +421,9 @@ async fn agent_approve_continues_the_bots_paused_run() {
         "[[policy.commands]]\nprefix = [\"touch\"]\ndecision = \"ask\"\n",
     )
     .unwrap();
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut child = w.serve(port, None);
-    wait_healthy(&url).await;
-    let c = client();
-    let resp = deliver(
-        &c,
-        &url,
-        "issues",
-        "ask-1",
-        serde_json::to_vec(&w.payload).unwrap(),
-    )
-    .await;
-    assert_eq!(resp.status(), 202);
-    let store = w.store().await;
-    let job = wait_delivery(&store, "ask-1").await;
+    let bot = Running::start(&w, free_port(), None).await;
+    assert_eq!(bot.post("issues", "ask-1", &w.payload).await, 202);
+    let job = bot.finished("ask-1").await;
     assert_eq!(
         job.run_state.as_deref(),
         Some("awaiting_approval"),
@@ -455,16 +445,8 @@ async fn agent_approve_continues_the_bots_paused_run() {
     let run_id = job.run_id.clone().unwrap();
 
     let (event, comment_id) = w.command("/agent approve");
-    let resp = deliver(
-        &c,
-        &url,
-        "issue_comment",
-        "approve-1",
-        serde_json::to_vec(&event).unwrap(),
-    )
-    .await;
-    assert_eq!(resp.status(), 202);
-    let job = wait_delivery(&store, "approve-1").await;
+    assert_eq!(bot.post("issue_comment", "approve-1", &event).await, 202);
+    let job = bot.finished("approve-1").await;
     assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
     assert_eq!(job.run_id.as_deref(), Some(run_id.as_str()), "the same run");
     w.check_one_pr_and_the_fixed_branch();
@@ -482,8 +464,7 @@ async fn agent_approve_continues_the_bots_paused_run() {
         path.ends_with(&format!("/issues/comments/{comment_id}/reactions")) && r == "eyes"
     }));
     w.fake.assert_clean();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    bot.stop();
 }
 
 /// `/agent retry` after a finished run starts the request again as a new run on a branch of
@@ -491,34 +472,18 @@ async fn agent_approve_continues_the_bots_paused_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_retry_runs_the_request_again_as_a_new_run() {
     let w = world().await;
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut child = w.serve(port, None);
-    wait_healthy(&url).await;
-    let c = client();
-    let resp = deliver(
-        &c,
-        &url,
-        "issues",
-        "first",
-        serde_json::to_vec(&w.payload).unwrap(),
-    )
-    .await;
-    assert_eq!(resp.status(), 202);
-    let store = w.store().await;
-    let first = wait_delivery(&store, "first").await;
+    let bot = Running::start(&w, free_port(), None).await;
+    assert_eq!(bot.post("issues", "first", &w.payload).await, 202);
+    let first = bot.finished("first").await;
     assert_eq!(first.run_state.as_deref(), Some("succeeded"), "{first:?}");
 
     let (event, _) = w.command("/agent retry");
-    let body = serde_json::to_vec(&event).unwrap();
-    let resp = deliver(&c, &url, "issue_comment", "retry-1", body.clone()).await;
-    assert_eq!(resp.status(), 202);
-    let second = wait_delivery(&store, "retry-1").await;
+    assert_eq!(bot.post("issue_comment", "retry-1", &event).await, 202);
+    let second = bot.finished("retry-1").await;
     assert_eq!(second.run_state.as_deref(), Some("succeeded"), "{second:?}");
     assert_ne!(second.run_id, first.run_id, "a new run");
     assert_ne!(second.pr_url, first.pr_url, "its own PR");
-    let again = deliver(&c, &url, "issue_comment", "retry-1", body).await;
-    assert_eq!(again.status(), 200);
+    assert_eq!(bot.post("issue_comment", "retry-1", &event).await, 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let branches = git(
         &w.remote,
@@ -528,6 +493,5 @@ async fn agent_retry_runs_the_request_again_as_a_new_run() {
     assert_eq!(w.fake.world().pulls.len(), 2);
     assert_eq!(w.progress_comments().len(), 2);
     w.fake.assert_clean();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    bot.stop();
 }
