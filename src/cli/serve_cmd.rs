@@ -113,6 +113,7 @@ impl Publisher for EnginePublisher {
         request: Request,
         target: Target,
         cancel: CancellationToken,
+        stop: CancellationToken,
     ) -> server::Result<JobOutcome> {
         let what = match &request {
             Request::Run(t) => t.task.key.clone(),
@@ -131,9 +132,18 @@ impl Publisher for EnginePublisher {
                 .build()
             {
                 Ok(rt) => rt.block_on(async move {
+                    // `/agent stop` is publish's to handle (the run ends as cancelled and
+                    // says so); a lost lease or a shutdown only drops the run, which the
+                    // next worker continues.
+                    let dropped = async {
+                        cancel.cancelled().await;
+                        if stop.is_cancelled() {
+                            std::future::pending::<()>().await;
+                        }
+                    };
                     tokio::select! {
-                        r = engine_publish(&mirrors, request, target) => r,
-                        () = cancel.cancelled() => Err(anyhow::anyhow!("cancelled")),
+                        r = engine_publish(&mirrors, request, target, stop.clone()) => r,
+                        () = dropped => Err(anyhow::anyhow!("cancelled")),
                     }
                 }),
                 Err(e) => Err(anyhow::anyhow!("cannot start a runtime for the run: {e}")),
@@ -205,6 +215,7 @@ async fn engine_publish(
     mirrors: &std::path::Path,
     request: Request,
     target: Target,
+    stop: CancellationToken,
 ) -> anyhow::Result<JobOutcome> {
     let forge = target.forge.as_ref();
     let repo_ref = request
@@ -309,6 +320,7 @@ async fn engine_publish(
     // Several workers share a mirror: each run checks out its own worktree.
     svc.warm_pool = false;
     req.start.model_flags = models;
+    req.stop = Some(stop);
     let published = publish::publish(&svc, forge, req).await?;
     Ok(JobOutcome::Ran(summary(&published)))
 }

@@ -274,6 +274,23 @@ pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Re
     run.drive().await
 }
 
+/// End a run that was stopped from outside (`/agent stop`) after its future was dropped:
+/// the record says cancelled with `note`, the audit log has the transition, the report is
+/// written. A run that has already ended is returned as it is.
+pub fn cancel(svc: &Services, run_id: &str, note: &str) -> Result<Outcome> {
+    let dir = svc.repo.run_dir(run_id);
+    let rec = RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record of", &dir, e))?;
+    let mut run = Active::open(svc, rec, dir, false)?;
+    if run.rec.state.is_terminal() {
+        return Ok(run.outcome());
+    }
+    run.rec.pending_approval = None;
+    run.rec.notes.push(note.to_string());
+    run.transition(RunState::Cancelled)?;
+    run.finish_report()?;
+    Ok(run.outcome())
+}
+
 /// The audit sink handed to tools: their events become audit events.
 struct AuditSink {
     audit: Arc<Appender>,

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
+use tokio_util::sync::CancellationToken;
 
 use super::engine::{self, Services, StartOptions};
 use super::error::{Error, Result};
@@ -62,6 +63,9 @@ pub struct PublishRequest {
     /// `Some(login)`: approve the pending request of the run found for this task (it must be
     /// awaiting approval), on behalf of `login`, then continue it (`/agent approve`).
     pub approve: Option<String>,
+    /// Fired by `/agent stop`: the run is stopped where it is and recorded as cancelled; its
+    /// commits are pushed, no pull request is opened, the progress comment says so.
+    pub stop: Option<CancellationToken>,
 }
 
 impl PublishRequest {
@@ -75,6 +79,7 @@ impl PublishRequest {
             start: StartOptions::default(),
             progress_every: Some(Duration::from_secs(20)),
             approve: None,
+            stop: None,
         }
     }
 }
@@ -365,7 +370,14 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
         start,
         progress_every,
         approve,
+        stop,
     } = req;
+    if stop.as_ref().is_some_and(CancellationToken::is_cancelled) {
+        return Err(Error::Invalid(format!(
+            "{} was stopped before it started",
+            task.key
+        )));
+    }
     let convo = conversation(&task);
     let budget_usd = svc.config.settings.budget.max_usd;
     if let (Some(target), Some((repo_ref, _))) = (react_to, &convo)
@@ -476,9 +488,22 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
             }
         }
     };
+    let stopped = async {
+        match &stop {
+            Some(t) => t.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
     let result = tokio::select! {
-        r = engine_run => r,
-        () = watch => Err(Error::Invalid("the progress watcher ended".into())),
+        r = engine_run => Some(r),
+        () = watch => Some(Err(Error::Invalid("the progress watcher ended".into()))),
+        () = stopped => None,
+    };
+    // Stopped: the engine's future is dropped by now (it saved at its last step); record the
+    // end, then publish what there is like any ended run.
+    let result = match result {
+        Some(r) => r,
+        None => engine::cancel(svc, &run_id, "Stopped by `/agent stop`."),
     };
     let outcome = match result {
         Ok(o) => o,
@@ -533,7 +558,8 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
     )?;
 
     let mut pr_url = None;
-    let wants_pr = !rec.commits.is_empty() && rec.task.mode == Mode::Fix;
+    let wants_pr =
+        !rec.commits.is_empty() && rec.task.mode == Mode::Fix && rec.state != RunState::Cancelled;
     if let (true, Some(repo_ref)) = (wants_pr, task.repo.as_ref()) {
         let title = strip_hidden_text(&first_line(&rec.task.goal, 200)).text;
         let title = format!("agent: {}", first_line(&title, 72));

@@ -80,13 +80,16 @@ impl Request {
 /// how it is done (production: `run::publish`, the path the Action takes too).
 #[async_trait]
 pub trait Publisher: Send + Sync {
-    /// Carry out `request` on `target`; return soon once `cancel` fires. A request that finds
-    /// nothing to do (an approval with no run awaiting one) is [`JobOutcome::Ignored`].
+    /// Carry out `request` on `target`; return soon once `cancel` fires. `stop` fires first
+    /// when the cause is `/agent stop`: then end the run as cancelled and say so. A request
+    /// that finds nothing to do (an approval with no run awaiting one) is
+    /// [`JobOutcome::Ignored`].
     async fn publish(
         &self,
         request: Request,
         target: Target,
         cancel: CancellationToken,
+        stop: CancellationToken,
     ) -> Result<JobOutcome>;
 }
 
@@ -182,6 +185,8 @@ impl JobRunner for GitHubRunner {
             ),
             git_token: Some(SecretString::from(git_token)),
         };
-        self.publisher.publish(request, target, cancel).await
+        self.publisher
+            .publish(request, target, cancel, job.stop.clone())
+            .await
     }
 }

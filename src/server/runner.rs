@@ -25,6 +25,10 @@ pub struct JobInput {
     pub attempt: u32,
     /// The run an earlier attempt recorded, if any.
     pub run_id: Option<String>,
+    /// Fired (before the `cancel` token given to [`JobRunner::run`]) when the job is
+    /// cancelled by `/agent stop`, rather than by a lost lease or a shutdown: the run should
+    /// be ended and recorded as cancelled, not left to be continued by another worker.
+    pub stop: CancellationToken,
 }
 
 /// How a run ended (or paused).

@@ -178,6 +178,7 @@ async fn process(ctx: &Ctx, owner: &str, job: Job) {
         return write_finish(ctx, owner, &job, f, started).await;
     }
     let cancel = CancellationToken::new();
+    let stop = CancellationToken::new();
     let why: Arc<Mutex<Option<Why>>> = Arc::new(Mutex::new(None));
     let set_why = |why: &Mutex<Option<Why>>, w: Why| {
         if let Ok(mut g) = why.lock()
@@ -188,7 +189,7 @@ async fn process(ctx: &Ctx, owner: &str, job: Job) {
     };
     let beat = {
         let store = ctx.store.clone();
-        let cancel = cancel.clone();
+        let (cancel, stop) = (cancel.clone(), stop.clone());
         let why = why.clone();
         let (id, owner) = (job.id.clone(), owner.to_string());
         let (every, lease) = (ctx.opts.heartbeat, ctx.opts.lease);
@@ -199,6 +200,7 @@ async fn process(ctx: &Ctx, owner: &str, job: Job) {
                     Ok(Heartbeat::Held { cancel: false }) => {}
                     Ok(Heartbeat::Held { cancel: true }) => {
                         set_why(&why, Why::Stopped);
+                        stop.cancel();
                         cancel.cancel();
                     }
                     Ok(Heartbeat::Lost) => {
@@ -218,6 +220,7 @@ async fn process(ctx: &Ctx, owner: &str, job: Job) {
         payload: job.payload.clone(),
         attempt: job.attempts,
         run_id: job.run_id.clone(),
+        stop: stop.clone(),
     };
     let run = ctx.runner.run(&input, cancel.clone());
     tokio::pin!(run);

@@ -495,3 +495,69 @@ async fn agent_retry_runs_the_request_again_as_a_new_run() {
     w.fake.assert_clean();
     bot.stop();
 }
+
+/// `/agent stop` while the bot's run is busy (a long command): the run ends as cancelled —
+/// its record and the progress comment say so — and no pull request is opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_stop_ends_the_bots_run_as_cancelled() {
+    let w = world_with(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["calc.py"]}]}}]}),
+        edit_line(),
+        json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": "sleep 117"}}]}),
+        finish_line(),
+    ])
+    .await;
+    std::fs::write(
+        w.tmp.path().join("config/git-agent/config.toml"),
+        "[[policy.commands]]\nprefix = [\"sleep\"]\ndecision = \"allow\"\n",
+    )
+    .unwrap();
+    let bot = Running::start(&w, free_port(), None).await;
+    assert_eq!(bot.post("issues", "long", &w.payload).await, 202);
+    // Wait until the run is in its long command.
+    let mirror = w
+        .tmp
+        .path()
+        .join(format!("state/repos/{}/{}.git/agent/runs", w.owner, w.name));
+    let record = || -> Option<Value> {
+        let run = std::fs::read_dir(&mirror).ok()?.next()?.ok()?.path();
+        serde_json::from_slice(&std::fs::read(run.join("record.json")).ok()?).ok()
+    };
+    let mut busy = false;
+    for _ in 0..600 {
+        let sleeping = Command::new("pgrep")
+            .args(["-f", "sleep 117"])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        if sleeping {
+            busy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        busy,
+        "the run never reached its long command: {:?}",
+        record()
+    );
+    let (event, _) = w.command("/agent stop");
+    assert_eq!(bot.post("issue_comment", "stop-1", &event).await, 202);
+    let job = bot.finished("long").await;
+    assert_eq!(job.state, JobState::Cancelled, "{job:?}");
+    assert_eq!(job.run_state.as_deref(), Some("cancelled"), "{job:?}");
+    assert_eq!(record().unwrap()["state"], "cancelled");
+    assert!(w.fake.world().pulls.is_empty(), "no PR for a stopped run");
+    let comments = w.progress_comments();
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(comments[0].contains("⏹️ cancelled"), "{}", comments[0]);
+    assert!(
+        comments[0].contains("Stopped by `/agent stop`"),
+        "{}",
+        comments[0]
+    );
+    w.fake.assert_clean();
+    bot.stop();
+}
