@@ -223,6 +223,9 @@ pub struct BudgetConfig {
     pub max_minutes: u32,
     /// Rounds of test → fix before the run fails.
     pub max_fix_attempts: u32,
+    /// Output tokens one model call may write (small local models want less; a model's
+    /// own limit may be lower).
+    pub max_output_tokens: u32,
 }
 
 impl Default for BudgetConfig {
@@ -233,6 +236,7 @@ impl Default for BudgetConfig {
             max_turns: 60,
             max_minutes: 30,
             max_fix_attempts: 3,
+            max_output_tokens: 4096,
         }
     }
 }

@@ -252,7 +252,7 @@ mod tests {
             max_tokens: 10_000,
             max_turns: 3,
             max_minutes: 30,
-            max_fix_attempts: 3,
+            ..BudgetConfig::default()
         }
     }
 

@@ -24,7 +24,6 @@ use crate::verify::{self, Observation, RunResult, TestCommand};
 use crate::workspace::{CommitRequest, Repo, Worktree, WorktreeOptions, WorktreeRequest};
 
 /// Largest model reply we ask for, in tokens.
-const MAX_OUTPUT_TOKENS: u32 = 4096;
 /// Replies without a tool call tolerated in a row before the run stops.
 const MAX_IDLE_REPLIES: u32 = 3;
 /// Bytes of failure summary given to the model and the report.
@@ -1067,7 +1066,8 @@ impl<'a> Active<'a> {
         messages: Vec<Message>,
         tools: Vec<model::ToolSpec>,
     ) -> Result<model::Reply> {
-        let mut req = Request::new(messages, MAX_OUTPUT_TOKENS);
+        let max_out = self.svc.config.settings.budget.max_output_tokens.max(1);
+        let mut req = Request::new(messages, max_out);
         req.system = Some(system);
         req.tools = tools;
         self.progress(RunEvent::Turn {

@@ -748,3 +748,35 @@ fn demo_runs_the_whole_loop() {
     let lib = git(&repo, &["show", "agent/demo-fix-add:src/lib.rs"]);
     assert!(lib.contains("a + b"));
 }
+
+/// `budget.max_output_tokens` (here from `GIT_AGENT_BUDGET_MAX_OUTPUT_TOKENS`) is what every
+/// model call of the run asks for, as the transcript records.
+#[test]
+fn max_output_tokens_reaches_every_model_call() {
+    let f = Fixture::new("rust-add");
+    let script = f.script(&[
+        plan(&["src/lib.rs"]),
+        edit(
+            "src/lib.rs",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(
+        &script,
+        &["make add add"],
+        &[("GIT_AGENT_BUDGET_MAX_OUTPUT_TOKENS", "321")],
+    );
+    assert_eq!(code, Some(0), "{json}");
+    let run = json["run_id"].as_str().unwrap();
+    let transcript = std::fs::read_to_string(f.run_dir(run).join("transcript.jsonl")).unwrap();
+    let calls: Vec<Value> = transcript
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(calls.len(), 3, "{transcript}");
+    for c in &calls {
+        assert_eq!(c["request"]["max_tokens"], 321, "{c}");
+    }
+}
