@@ -46,6 +46,20 @@ pub struct Cache {
 /// A pack's table rows: key, offset, length.
 type Table = Vec<(Key, u64, u32)>;
 
+/// The format version in a pack's footer, if it has one.
+fn pack_version(file: &File) -> Option<u32> {
+    let size = file.metadata().ok()?.len();
+    if size < FOOTER as u64 {
+        return None;
+    }
+    let mut footer = [0u8; FOOTER];
+    file.read_exact_at(&mut footer, size - FOOTER as u64).ok()?;
+    if &footer[12..16] != MAGIC {
+        return None;
+    }
+    Some(u32::from_le_bytes(footer[16..20].try_into().ok()?))
+}
+
 fn read_table(file: &mut File) -> Option<(Table, u64)> {
     let size = file.metadata().ok()?.len();
     if size < FOOTER as u64 {
@@ -111,6 +125,13 @@ impl Cache {
         let Ok(mut file) = File::open(&path) else {
             return; // removed by a concurrent merge
         };
+        if pack_version(&file).is_some_and(|v| v < FORMAT_VERSION) {
+            // Written by an older format: nothing in it can be read again, so it would only
+            // take space and warn on every open.
+            tracing::debug!(path = %path.display(), "removing an index cache pack of an older format");
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
         let Some((table, size)) = read_table(&mut file) else {
             tracing::warn!(path = %path.display(), "ignoring an unreadable index cache pack");
             return;
@@ -301,5 +322,26 @@ mod tests {
         .unwrap();
         let cache = Cache::open(dir.path()).unwrap();
         assert!(cache.is_empty());
+        assert!(dir.path().join("junk.pack").exists());
+    }
+
+    /// A pack of an older format version is removed on open (it can never be read again); a
+    /// pack of the current version stays and is read.
+    #[test]
+    fn a_pack_of_an_older_format_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mut w = cache.writer().unwrap();
+        w.add(key(1), &FileSummary::default()).unwrap();
+        let current = w.finish().unwrap().unwrap();
+        let mut bytes = std::fs::read(&current).unwrap();
+        let at = bytes.len() - 4;
+        bytes[at..].copy_from_slice(&(FORMAT_VERSION - 1).to_le_bytes());
+        let old = dir.path().join("old.pack");
+        std::fs::write(&old, &bytes).unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        assert_eq!(cache.len(), 1);
+        assert!(!old.exists());
+        assert!(current.exists());
     }
 }

@@ -316,29 +316,23 @@ impl Extractor {
         }
         let src = std::str::from_utf8(data).unwrap_or_default();
         summary.lines = src.lines().count() as u32;
-        let mut bag: HashMap<String, u32> = HashMap::new();
-        text::terms(src, |t| {
-            if let Some(n) = bag.get_mut(t) {
-                *n += 1;
-            } else {
-                bag.insert(t.to_string(), 1);
-            }
-        });
-        summary.terms = bag.into_iter().collect();
-        summary.terms.sort_unstable();
-        if let Some(lang) = lang {
-            self.extract(parsers, lang, src, &mut summary)?;
-        }
+        let spans = match lang {
+            Some(lang) => self.extract(parsers, lang, src, &mut summary)?,
+            None => Vec::new(),
+        };
+        bag_terms(src, &spans, &mut summary);
         Ok(summary)
     }
 
+    /// Fill `summary`'s definitions, references and imports; returns each definition's byte
+    /// span, in `summary.defs` order (sorted by start, outer before inner).
     fn extract(
         &self,
         parsers: &mut Parsers,
         lang: Lang,
         src: &str,
         summary: &mut FileSummary,
-    ) -> Result<()> {
+    ) -> Result<Vec<(usize, usize)>> {
         let compiled = self.compiled(lang)?;
         let parser = match parsers.by_lang.entry(lang) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
@@ -353,7 +347,7 @@ impl Extractor {
             }
         };
         let Some(tree) = parser.parse(src, None) else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let mut cursor = QueryCursor::new();
         let mut matches = cursor.matches(&compiled.query, tree.root_node(), src.as_bytes());
@@ -406,6 +400,7 @@ impl Extractor {
                             line: node.start_position().row as u32 + 1,
                             signature: signature(src, node),
                             parent: None,
+                            terms: Vec::new(),
                         },
                     ));
                 }
@@ -420,6 +415,7 @@ impl Extractor {
             def.parent = stack.last().map(|(_, p)| *p);
             stack.push((*end, i as u32));
         }
+        let spans = defs.iter().map(|(s, e, _)| (*s, *e)).collect();
         summary.defs = defs.into_iter().map(|(_, _, d)| d).collect();
         let mut refs: Vec<String> = refs
             .into_iter()
@@ -429,7 +425,69 @@ impl Extractor {
         refs.sort_unstable();
         summary.refs = refs;
         summary.imports = imports;
-        Ok(())
+        Ok(spans)
+    }
+}
+
+/// The file's term bag, and each definition's own share of it: a term belongs to the innermost
+/// definition whose span holds it (`spans` sorted by start, outer before inner, as properly
+/// nested tree-sitter nodes are).
+fn bag_terms(src: &str, spans: &[(usize, usize)], summary: &mut FileSummary) {
+    let mut ids: HashMap<String, u32> = HashMap::new();
+    let mut counts: Vec<u32> = Vec::new();
+    // (definition, term id) for every term inside a definition.
+    let mut owned: Vec<(u32, u32)> = Vec::new();
+    let mut stack: Vec<usize> = Vec::new();
+    let mut next = 0;
+    let mut last_at = usize::MAX;
+    let mut owner: Option<usize> = None;
+    text::terms_at(src, |at, t| {
+        if at != last_at {
+            last_at = at;
+            while next < spans.len() && spans[next].0 <= at {
+                while stack.last().is_some_and(|&d| spans[d].1 <= spans[next].0) {
+                    stack.pop();
+                }
+                stack.push(next);
+                next += 1;
+            }
+            while stack.last().is_some_and(|&d| spans[d].1 <= at) {
+                stack.pop();
+            }
+            owner = stack.last().copied();
+        }
+        let id = match ids.get(t) {
+            Some(&id) => id,
+            None => {
+                let id = counts.len() as u32;
+                ids.insert(t.to_string(), id);
+                counts.push(0);
+                id
+            }
+        };
+        counts[id as usize] += 1;
+        if let Some(d) = owner {
+            owned.push((d as u32, id));
+        }
+    });
+    let mut terms: Vec<(String, u32)> = ids.into_iter().collect();
+    terms.sort_unstable();
+    // First-seen id → position in the sorted bag.
+    let mut rank = vec![0u32; terms.len()];
+    for (pos, (_, id)) in terms.iter_mut().enumerate() {
+        rank[*id as usize] = pos as u32;
+        *id = counts[*id as usize];
+    }
+    summary.terms = terms;
+    for p in &mut owned {
+        p.1 = rank[p.1 as usize];
+    }
+    owned.sort_unstable();
+    for chunk in owned.chunk_by(|a, b| a == b) {
+        let (d, t) = chunk[0];
+        if let Some(def) = summary.defs.get_mut(d as usize) {
+            def.terms.push((t, chunk.len() as u32));
+        }
     }
 }
 
@@ -479,6 +537,41 @@ mod tests {
         assert_eq!(s.imports, ["os.path", ".utils", ".utils.helper"]);
         assert!(s.terms.iter().any(|(t, _)| t == "pair"));
         assert!(s.terms.iter().any(|(t, _)| t == "grid"));
+    }
+
+    /// Each definition owns the terms of its span outside nested definitions; terms outside
+    /// every definition belong to the file only.
+    #[test]
+    fn definitions_own_the_terms_of_their_spans() {
+        let s = summarize(
+            Lang::Python,
+            "import zebra\n\nclass PairGrid:\n    \"\"\"Draws legends.\"\"\"\n    def map(self):\n        return marker + marker\n\nTAIL = walrus\n",
+        );
+        let own = |d: usize| -> Vec<(&str, u32)> {
+            s.defs[d]
+                .terms
+                .iter()
+                .map(|&(t, n)| (s.terms[t as usize].0.as_str(), n))
+                .collect()
+        };
+        assert_eq!(def_names(&s)[1], ("map", "function"));
+        let class = own(0);
+        assert!(class.contains(&("legend", 1)), "{class:?}");
+        assert!(!class.iter().any(|(t, _)| *t == "marker"), "{class:?}");
+        let method = own(1);
+        assert!(method.contains(&("marker", 2)), "{method:?}");
+        assert!(!method.iter().any(|(t, _)| *t == "legend"), "{method:?}");
+        assert!(
+            own(2).contains(&("walru", 1)) || own(2).contains(&("walrus", 1)),
+            "{:?}",
+            own(2)
+        );
+        assert!(s.defs.iter().all(|d| {
+            !d.terms
+                .iter()
+                .any(|&(t, _)| s.terms[t as usize].0 == "zebra")
+        }));
+        assert!(s.terms.iter().any(|(t, n)| t == "zebra" && *n == 1));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Ranking files for a query (issue text, CI log, goal) with no model.
 //!
-//! Three signals, added: lexical relevance (BM25 over split identifiers, with path and
-//! definition-name terms weighted up), exact mentions (file paths and stack-trace frames,
+//! Four signals, added: lexical relevance (BM25 over split identifiers, with path and
+//! definition-name terms weighted up), the file's best definition (BM25 over each function's or
+//! class's own span, so one strongly matching function is not diluted by a long file), exact
+//! mentions (file paths and stack-trace frames,
 //! dotted module paths, identifiers resolved to the files defining them) and centrality in the
 //! file graph (imports and references to definitions) personalized by the files the first two
 //! signals found. Tests and non-code files are damped unless the query is about them.
@@ -68,6 +70,12 @@ pub struct RankOptions {
     /// dropped from BM25 (the project's own name, `self`, `def`): their small idf still adds
     /// up over a long issue.
     pub max_df: f64,
+    /// Weight of the file's best definition score (max-normalized): BM25 over each
+    /// definition's own span (name, signature, docstring, body outside nested definitions),
+    /// so a file with one strongly matching function is not diluted by the rest of it.
+    pub def_lexical: f64,
+    /// BM25 length normalization for definition spans.
+    pub def_b: f64,
 }
 
 impl Default for RankOptions {
@@ -78,7 +86,7 @@ impl Default for RankOptions {
             b: 0.75,
             path_term_weight: 4.0,
             def_term_weight: 2.0,
-            lexical: 2.0,
+            lexical: 1.5,
             path_mention: 1.0,
             module_mention: 0.3,
             ident_mention: 0.3,
@@ -92,6 +100,8 @@ impl Default for RankOptions {
             stem_mention: 0.3,
             join_weight: 0.5,
             max_df: 0.2,
+            def_lexical: 2.0,
+            def_b: 0.3,
         }
     }
 }
@@ -193,6 +203,12 @@ pub struct Ranker {
     graph: Vec<Vec<(u32, f32)>>,
     /// Terms of each file's name (stem), and how many files share that name.
     stems: Vec<(Vec<String>, u32)>,
+    /// The file of each definition (definitions of all files, numbered in file order).
+    def_file: Vec<u32>,
+    /// Per term id: the definitions whose own span holds it, with term frequency.
+    def_postings: Vec<Vec<(u32, f32)>>,
+    def_len: Vec<f32>,
+    def_avg_len: f64,
 }
 
 impl std::fmt::Debug for Ranker {
@@ -234,6 +250,10 @@ impl Ranker {
             module_suffix: HashMap::new(),
             graph: vec![Vec::new(); n],
             stems: Vec::with_capacity(n),
+            def_file: Vec::new(),
+            def_postings: Vec::new(),
+            def_len: Vec::new(),
+            def_avg_len: 1.0,
         };
         let mut stem_count: HashMap<String, u32> = HashMap::new();
         for f in files {
@@ -254,7 +274,7 @@ impl Ranker {
                 text::terms(&d.name, |t| extra_terms.push(t.to_string()));
             }
             let mut len = 0.0f32;
-            let add = |r: &mut Ranker, term: &str, tf: f32| {
+            let add = |r: &mut Ranker, term: &str, tf: f32| -> u32 {
                 let id = match r.term_ids.get(term) {
                     Some(&id) => id,
                     None => {
@@ -269,6 +289,7 @@ impl Ranker {
                     Some((doc, w)) if *doc == i32_ => *w += tf,
                     _ => p.push((i32_, tf)),
                 }
+                id
             };
             for (k, t) in extra_terms.iter().enumerate() {
                 let w = if k < path_terms {
@@ -278,10 +299,11 @@ impl Ranker {
                 } as f32;
                 *extra.entry(t.as_str()).or_default() += w;
             }
+            let mut local_ids = Vec::with_capacity(f.summary.terms.len());
             for (t, c) in &f.summary.terms {
                 let tf = *c as f32 + extra.remove(t.as_str()).unwrap_or(0.0);
                 len += tf;
-                add(&mut r, t, tf);
+                local_ids.push(add(&mut r, t, tf));
             }
             let mut rest: Vec<(&str, f32)> = extra.drain().collect();
             rest.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -290,6 +312,7 @@ impl Ranker {
                 add(&mut r, t, w);
             }
             r.doc_len[i] = len;
+            r.add_defs(i32_, &f.summary.defs, &local_ids, opts);
             for d in &f.summary.defs {
                 push_unique(&mut r.definers, &d.name, i32_);
             }
@@ -304,8 +327,66 @@ impl Ranker {
         }
         r.avg_len =
             (r.doc_len.iter().map(|&l| f64::from(l)).sum::<f64>() / n.max(1) as f64).max(1.0);
+        r.def_avg_len = (r.def_len.iter().map(|&l| f64::from(l)).sum::<f64>()
+            / r.def_len.len().max(1) as f64)
+            .max(1.0);
         r.build_graph(files);
         r
+    }
+
+    /// Index the definitions of file `file`: each one's own terms (`local_ids` maps the
+    /// file's term positions to term ids), its name's terms weighted up and its enclosing
+    /// definition's name (a method's class).
+    fn add_defs(
+        &mut self,
+        file: u32,
+        defs: &[super::summary::Def],
+        local_ids: &[u32],
+        opts: &RankOptions,
+    ) {
+        let mut bag: Vec<(u32, f32)> = Vec::new();
+        for d in defs {
+            bag.clear();
+            for &(t, c) in &d.terms {
+                if let Some(&id) = local_ids.get(t as usize) {
+                    bag.push((id, c as f32));
+                }
+            }
+            let mut names: Vec<(String, f32)> = Vec::new();
+            text::terms(&d.name, |t| {
+                names.push((t.to_string(), opts.def_term_weight as f32))
+            });
+            if let Some(p) = d.parent.and_then(|p| defs.get(p as usize)) {
+                text::terms(&p.name, |t| names.push((t.to_string(), 1.0)));
+            }
+            for (t, w) in names {
+                if let Some(&id) = self.term_ids.get(&t) {
+                    bag.push((id, w));
+                }
+            }
+            if bag.is_empty() {
+                continue;
+            }
+            bag.sort_unstable_by_key(|(id, _)| *id);
+            let def_id = self.def_file.len() as u32;
+            self.def_file.push(file);
+            if self.def_postings.len() < self.postings.len() {
+                self.def_postings.resize(self.postings.len(), Vec::new());
+            }
+            let mut len = 0.0;
+            let mut k = 0;
+            while k < bag.len() {
+                let id = bag[k].0;
+                let mut tf = 0.0;
+                while k < bag.len() && bag[k].0 == id {
+                    tf += bag[k].1;
+                    k += 1;
+                }
+                len += tf;
+                self.def_postings[id as usize].push((def_id, tf));
+            }
+            self.def_len.push(len);
+        }
     }
 
     fn build_graph(&mut self, files: &[IndexedFile]) {
@@ -412,6 +493,15 @@ impl Ranker {
         }
         let q = Query::parse_weighted(query, opts);
         let lexical = self.bm25(&q.terms, opts);
+        let def_norm = if opts.def_lexical > 0.0 {
+            let best = self.def_bm25(&q.terms, opts);
+            let max = best.iter().copied().fold(0.0, f64::max);
+            best.into_iter()
+                .map(|v| if max > 0.0 { v / max } else { 0.0 })
+                .collect()
+        } else {
+            vec![0.0; n]
+        };
         let mut mention = vec![0.0f64; n];
         let mut named = vec![false; n];
         let mut test_mentioned = false;
@@ -480,8 +570,10 @@ impl Ranker {
         let about_tests = q.about_tests || test_mentioned;
         let mut out: Vec<RankedFile> = (0..n)
             .filter_map(|i| {
-                let mut s =
-                    opts.lexical * lex_norm[i] + mention[i] + opts.centrality * centrality[i];
+                let mut s = opts.lexical * lex_norm[i]
+                    + opts.def_lexical * def_norm[i]
+                    + mention[i]
+                    + opts.centrality * centrality[i];
                 if s <= 0.0 {
                     return None;
                 }
@@ -541,6 +633,40 @@ impl Ranker {
                 .then_with(|| a.path.cmp(&b.path))
         });
         out
+    }
+
+    /// Per file, the BM25 score of its best-matching definition span.
+    fn def_bm25(&self, terms: &HashMap<String, f64>, opts: &RankOptions) -> Vec<f64> {
+        let n_files = self.paths.len() as f64;
+        let n = self.def_file.len() as f64;
+        let mut scores = vec![0.0f64; self.def_file.len()];
+        for (t, qw) in terms {
+            let Some(&id) = self.term_ids.get(t) else {
+                continue;
+            };
+            let file_df = self.postings[id as usize].len() as f64;
+            if file_df >= MIN_COMMON_DF && file_df > opts.max_df * n_files {
+                continue;
+            }
+            let Some(post) = self.def_postings.get(id as usize) else {
+                continue;
+            };
+            let df = post.len() as f64;
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(d, tf) in post {
+                let tf = f64::from(tf);
+                let norm = opts.k1
+                    * (1.0 - opts.def_b
+                        + opts.def_b * f64::from(self.def_len[d as usize]) / self.def_avg_len);
+                scores[d as usize] += qw * idf * tf * (opts.k1 + 1.0) / (tf + norm);
+            }
+        }
+        let mut best = vec![0.0f64; self.paths.len()];
+        for (d, s) in scores.into_iter().enumerate() {
+            let f = self.def_file[d] as usize;
+            best[f] = best[f].max(s);
+        }
+        best
     }
 
     fn bm25(&self, terms: &HashMap<String, f64>, opts: &RankOptions) -> Vec<f64> {

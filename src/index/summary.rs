@@ -114,6 +114,10 @@ pub struct Def {
     pub signature: String,
     /// Index (in the same file's `defs`) of the enclosing definition, if any.
     pub parent: Option<u32>,
+    /// The definition's own term bag: `(index into the file's terms, count)` for the words
+    /// of its span outside nested definitions (signature, docstring, body), sorted by index.
+    #[serde(skip)]
+    pub terms: Vec<(u32, u32)>,
 }
 
 /// What the index knows about one file's content (keyed in the cache by blob id and language).
@@ -137,7 +141,7 @@ pub struct FileSummary {
 }
 
 /// Cache format version; bump whenever extraction or encoding changes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 struct Writer<'a>(&'a mut Vec<u8>);
 
@@ -211,6 +215,14 @@ impl FileSummary {
             w.u32(d.line);
             w.str(&d.signature);
             w.u32(d.parent.map_or(0, |p| p + 1));
+            w.u32(d.terms.len() as u32);
+            // Indices are sorted: store the gaps.
+            let mut prev = 0;
+            for &(t, n) in &d.terms {
+                w.u32(t.saturating_sub(prev));
+                w.u32(n);
+                prev = t;
+            }
         }
         w.u32(self.refs.len() as u32);
         for r in &self.refs {
@@ -246,13 +258,22 @@ impl FileSummary {
         let n = r.u32()? as usize;
         let mut defs = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
-            defs.push(Def {
+            let mut def = Def {
                 name: r.str()?.to_string(),
                 kind: r.str()?.to_string(),
                 line: r.u32()?,
                 signature: r.str()?.to_string(),
                 parent: r.u32()?.checked_sub(1),
-            });
+                terms: Vec::new(),
+            };
+            let k = r.u32()? as usize;
+            def.terms.reserve(k.min(1 << 16));
+            let mut prev = 0u32;
+            for _ in 0..k {
+                prev = prev.checked_add(r.u32()?)?;
+                def.terms.push((prev, r.u32()?));
+            }
+            defs.push(def);
         }
         let n = r.u32()? as usize;
         let mut refs = Vec::with_capacity(n.min(1 << 16));
@@ -269,7 +290,10 @@ impl FileSummary {
         for _ in 0..n {
             terms.push((r.str()?.to_string(), r.u32()?));
         }
-        r.0.is_empty().then_some(FileSummary {
+        let ok = defs
+            .iter()
+            .all(|d| d.terms.iter().all(|&(t, _)| (t as usize) < terms.len()));
+        (ok && r.0.is_empty()).then_some(FileSummary {
             lang,
             skip,
             lines,
@@ -297,6 +321,7 @@ mod tests {
                 line: 1200,
                 signature: "class PairGrid(Grid):".into(),
                 parent: None,
+                terms: vec![(0, 3)],
             }],
             refs: vec!["map".into()],
             imports: vec!["seaborn.utils".into()],

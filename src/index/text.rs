@@ -99,7 +99,15 @@ pub fn identifiers(text: &str, mut emit: impl FnMut(&str)) {
 /// identifier (lowercased) when it has several parts, so `PairGrid` matches both `pair grid`
 /// and `pairgrid`.
 pub fn terms(text: &str, mut emit: impl FnMut(&str)) {
+    terms_at(text, |_, t| emit(t));
+}
+
+/// [`terms`], with the byte offset in `text` of the identifier each term comes from.
+pub fn terms_at(text: &str, mut emit: impl FnMut(usize, &str)) {
+    let base = text.as_ptr() as usize;
     identifiers(text, |ident| {
+        let at = ident.as_ptr() as usize - base;
+        let mut emit = |t: &str| emit(at, t);
         if ident.len() > 64 {
             return;
         }

@@ -490,3 +490,33 @@ fn ranking_named_docs_file_is_not_damped() {
     let top = index.locate("typo in usage.md about the calendar and dates", 1);
     assert_ne!(top[0].path, "docs/usage.md", "{top:?}");
 }
+
+/// A file whose one definition holds every query term outranks a shorter file that has them
+/// spread over different definitions, once the best-definition score counts.
+#[test]
+fn ranking_best_definition_span_decides() {
+    let mut long = String::from("def draw():\n    return legend + marker\n");
+    for i in 0..40 {
+        long.push_str(&format!(
+            "\ndef f{i}():\n    return alpha{i} + beta{i} + gamma{i} + delta{i} + omega{i}\n"
+        ));
+    }
+    let (_t, _c, index) = indexed(&[
+        ("src/alpha.py", long),
+        (
+            "src/beta.py",
+            "def a():\n    return legend\n\ndef b():\n    return marker\n".into(),
+        ),
+    ]);
+    let query = "legend marker";
+    let off = RankOptions {
+        def_lexical: 0.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(first(&index, query, &off), "src/beta.py");
+    let on = RankOptions {
+        def_lexical: 3.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(first(&index, query, &on), "src/alpha.py");
+}
