@@ -63,6 +63,9 @@ pub enum RefusalReason {
     EmptyOldText,
     /// `old_text` and `new_text` are the same.
     NoChange,
+    /// `new_text` has CRLF line endings mixed with LF, or in a file of LF: its carriage
+    /// returns may be content or line endings.
+    MixedLineEndings,
     /// The old text matches more than one place.
     Ambiguous {
         /// First line (1-based) of each candidate.
@@ -117,6 +120,19 @@ pub fn apply_edit(file: &[u8], old_text: &str, new_text: &str) -> Result<Applied
         ));
     };
     let eol = dominant_eol(text);
+    // new_text is written with the file's line endings; where it has CRLF of its own, mixed
+    // with LF or in a file of LF, its carriage returns may be content or line endings.
+    let crlf = new_text.matches("\r\n").count();
+    if crlf > 0 && (crlf < new_text.matches('\n').count() || eol == "\n") {
+        return Err(refusal(
+            RefusalReason::MixedLineEndings,
+            format!(
+                "new_text has CRLF line endings{} but the file's lines end in {}; nothing was changed. Give new_text with plain newlines: the file's own line endings are kept.",
+                if eol == "\n" { "" } else { " mixed with LF" },
+                if eol == "\n" { "LF" } else { "CRLF" },
+            ),
+        ));
+    }
     let mut applied = find_and_apply(text, old_text, new_text, eol)?;
     if bom {
         let mut with_bom = b"\xEF\xBB\xBF".to_vec();
@@ -875,8 +891,17 @@ fn inline_map(file: &FileLines, old: &[String], pairs: &[(usize, usize)]) -> Inl
 
 fn reindent(line: &str, map: &IndentMap, inline: Inline) -> String {
     if line.trim().is_empty() {
-        return match inline {
-            Inline::TabsToSpaces => line.replace('\t', "    "),
+        return match (inline, map) {
+            // A whitespace-only line is indentation too, in the file's characters.
+            (_, IndentMap::Width { tab, delta, tabs }) if !line.is_empty() => {
+                let w = (width(line, *tab) as isize + delta).max(0) as usize;
+                if *tabs {
+                    format!("{}{}", "\t".repeat(w / tab), " ".repeat(w % tab))
+                } else {
+                    " ".repeat(w)
+                }
+            }
+            (Inline::TabsToSpaces, _) => line.replace('\t', "    "),
             _ => line.to_string(),
         };
     }
@@ -922,8 +947,9 @@ fn apply_candidate(
     eol: &str,
 ) -> Result<Applied, Refusal> {
     let inline = inline_map(file, &old.lines, &c.pairs);
-    let to_tabs = matches!(c.indent, IndentMap::Width { tabs: true, .. });
-    let mixed = to_tabs && space_indented(file);
+    let guard = WhitespaceGuard::new(file, c, inline);
+    // Multi-line strings the new text opens: the file says nothing about their indentation.
+    let mut quoted = 0u8;
     let kind = if kind != MatchKind::Typo && c.indent != IndentMap::Same {
         MatchKind::Indentation
     } else {
@@ -952,7 +978,16 @@ fn apply_candidate(
                     out_lines.push(file.lines[c.start + i].to_string());
                     blank_cursor = i + 1;
                 }
-                None => out_lines.push(reindent(nl, &c.indent, inline)),
+                None => {
+                    if guard.uncertain(nl, quoted != 0) {
+                        return Err(uncertain_whitespace(
+                            c.start + 1,
+                            nl,
+                            guard.to_tabs || guard.inline_to_tabs,
+                        ));
+                    }
+                    out_lines.push(reindent(nl, &c.indent, inline));
+                }
             }
             continue;
         }
@@ -977,19 +1012,17 @@ fn apply_candidate(
                 blank_cursor = blank_cursor.max(c.pairs[p].0 + 1);
             }
             None => {
-                // Where the model wrote spaces for the file's tabs, a new line's spaces are
-                // only known to be tabs when the file never indents with spaces and no run of
-                // spaces inside the line could have been a tab; otherwise refuse, never guess.
-                let rest = nl.trim_start();
-                let uncertain = to_tabs
-                    && ((mixed && rest.len() < nl.len())
-                        || (inline == Inline::Keep && rest.trim_end().contains("    ")));
-                if uncertain {
-                    return Err(uncertain_whitespace(c.start + 1, nl));
+                if guard.uncertain(nl, quoted != 0) {
+                    return Err(uncertain_whitespace(
+                        c.start + 1,
+                        nl,
+                        guard.to_tabs || guard.inline_to_tabs,
+                    ));
                 }
                 out_lines.push(reindent(nl, &c.indent, inline));
             }
         }
+        quoted ^= quote_toggles(nl);
     }
     let (mut start, mut end) = (c.start, c.end);
     let old_lead = old.lines.iter().take_while(|l| l.trim().is_empty()).count();
@@ -1048,21 +1081,154 @@ fn apply_candidate(
     })
 }
 
-/// Whether some line of the file is indented with spaces (two or more, or spaces before a
-/// tab), so spaces in the model's text cannot be taken for the file's tabs.
-fn space_indented(file: &FileLines) -> bool {
-    file.lines.iter().any(|l| {
-        let ws = leading(l);
-        !l.trim().is_empty() && (ws.starts_with("  ") || ws.contains(" \t"))
-    })
+/// Lines either side of a match whose indentation tells the local style.
+const NEAR_LINES: usize = 10;
+
+/// When the model's whitespace stands for other characters in the file (spaces for tabs, or
+/// tabs for spaces), which new lines can be converted with certainty.
+///
+/// A new line has no counterpart in the file, so the conversion is a guess about what the
+/// model meant; the guess is taken only where the file around the match leaves no doubt.
+struct WhitespaceGuard {
+    /// The model wrote spaces where the file has tabs.
+    to_tabs: bool,
+    /// The model wrote tabs where the file has spaces.
+    to_spaces: bool,
+    /// Inline runs of four spaces are turned into tabs.
+    inline_to_tabs: bool,
+    /// Tab width of the indentation map.
+    tab: usize,
+    /// Some line near the match is indented with spaces.
+    near_space_indent: bool,
+    /// Some line near the match has a tab.
+    near_tab: bool,
+    /// Some line near the match is indented with a tab.
+    near_tab_indent: bool,
+    /// Some line near the match has a run of four spaces after its first character.
+    near_inline_spaces: bool,
 }
 
-fn uncertain_whitespace(line: usize, new_line: &str) -> Refusal {
+impl WhitespaceGuard {
+    fn new(file: &FileLines, c: &Candidate, inline: Inline) -> Self {
+        let (to_tabs, to_spaces, tab) = match c.indent {
+            IndentMap::Width { tab, tabs, .. } => (tabs, !tabs, tab),
+            _ => (false, false, 4),
+        };
+        let (from, to) = string_span(file, c.start, c.end);
+        let near = &file.lines[from.min(c.start.saturating_sub(NEAR_LINES))
+            ..to.max((c.end + NEAR_LINES).min(file.lines.len()))];
+        Self {
+            to_tabs,
+            to_spaces: to_spaces || inline == Inline::TabsToSpaces,
+            inline_to_tabs: inline == Inline::SpacesToTabs,
+            tab,
+            near_space_indent: near.iter().any(|l| {
+                let ws = leading(l);
+                // Two spaces anywhere in the indentation: `"\t    "` in a file that indents
+                // with tabs and spaces both is spaces as much as `"    "` is.
+                !l.trim().is_empty() && (ws.contains("  ") || ws.contains(" \t"))
+            }),
+            near_tab: near.iter().any(|l| l.contains('\t')),
+            near_tab_indent: near.iter().any(|l| leading(l).contains('\t')),
+            near_inline_spaces: near.iter().any(|l| l.trim().contains("    ")),
+        }
+    }
+
+    /// Whether converting the whitespace of `line`, a new line of the model's, is a guess.
+    /// `quoted` says the line is inside a multi-line string the new text opened, where
+    /// indentation is content the file around the match says nothing about.
+    fn uncertain(&self, line: &str, quoted: bool) -> bool {
+        let rest = line.trim_start();
+        let ws = &line[..line.len() - rest.len()];
+        let inner = rest.trim_end();
+        if self.to_tabs {
+            // Spaces standing for tabs: a space indentation of less than one tab can only be
+            // spaces; from one tab's width up it is tabs only where the file around the match
+            // never indents with spaces, the width is whole tabs, and the line is code, not
+            // the inside of a multi-line string.
+            let spaces = ws.chars().filter(|&ch| ch == ' ').count();
+            let guessed =
+                spaces >= self.tab && (self.near_space_indent || quoted || spaces % self.tab != 0);
+            // A run of spaces inside the line may have been a tab or spaces.
+            let inner_run =
+                inner.contains("    ") && (!self.inline_to_tabs || self.near_inline_spaces);
+            if guessed || inner_run {
+                return true;
+            }
+        }
+        if self.to_spaces {
+            // Tabs standing for spaces: a tab in a new line may be a real tab where the file
+            // has a tab near the match (or in the multi-line string the match is in); and
+            // where the file there indents with tabs too, a new line's spaces may stand for
+            // tabs the model left as spaces.
+            let spaces = ws.chars().filter(|&ch| ch == ' ').count();
+            if (line.contains('\t') && self.near_tab)
+                || (spaces >= self.tab && self.near_tab_indent)
+            {
+                return true;
+            }
+        }
+        if self.inline_to_tabs && !self.to_tabs && inner.contains("    ") && self.near_inline_spaces
+        {
+            return true;
+        }
+        false
+    }
+}
+
+/// The lines of the multi-line string the region `start..end` lies in, from the line after
+/// its opening (whose indentation is the code's) to its closing line (the region itself when it is not inside one): a string's
+/// indentation follows its own style, which any line of it tells.
+fn string_span(file: &FileLines, start: usize, end: usize) -> (usize, usize) {
+    // Where the last string open before the region was opened.
+    let mut state = 0u8;
+    let mut opened = 0;
+    for (i, l) in file.lines[..start].iter().enumerate() {
+        let next = state ^ quote_toggles(l);
+        if state == 0 && next != 0 {
+            opened = i;
+        }
+        state = next;
+    }
+    if state == 0 {
+        return (start, end);
+    }
+    for (i, l) in file.lines.iter().enumerate().skip(start) {
+        state ^= quote_toggles(l);
+        if state == 0 {
+            return ((opened + 1).min(start), (i + 1).max(end));
+        }
+    }
+    ((opened + 1).min(start), file.lines.len())
+}
+
+/// Bits of the multi-line string delimiters a line opens or closes: a backtick (Go raw
+/// strings, JavaScript templates, Markdown fences), `"""` and `'''` (Python).
+fn quote_toggles(line: &str) -> u8 {
+    let mut bits = 0;
+    if line.matches('`').count() % 2 == 1 {
+        bits |= 1;
+    }
+    if line.matches("\"\"\"").count() % 2 == 1 {
+        bits |= 2;
+    }
+    if line.matches("'''").count() % 2 == 1 {
+        bits |= 4;
+    }
+    bits
+}
+
+fn uncertain_whitespace(line: usize, new_line: &str, spaces_for_tabs: bool) -> Refusal {
     let shown: String = new_line.trim().chars().take(SHOW_LINE_CHARS).collect();
+    let (model, file) = if spaces_for_tabs {
+        ("spaces", "tabs")
+    } else {
+        ("tabs", "spaces")
+    };
     refusal(
         RefusalReason::Ambiguous { lines: vec![line] },
         format!(
-            "old_text matches at line {line} only if its spaces stand for the file's tabs, and the new line `{shown}` has spaces that may be tabs or spaces; nothing was changed. Copy old_text and new_text with the file's own tabs."
+            "old_text matches at line {line} only if its {model} stand for the file's {file}, and the new line `{shown}` has {model} that may be tabs or spaces; nothing was changed. Copy old_text and new_text with the file's own whitespace."
         ),
     )
 }
@@ -1218,9 +1384,9 @@ mod tests {
     }
 
     #[test]
-    fn spaces_for_tabs_in_a_file_that_also_indents_with_spaces_is_refused() {
-        // The file indents code with tabs but a raw string with spaces: a new line the model
-        // indented with spaces may be either, so the edit is refused, never guessed.
+    fn spaces_for_tabs_near_lines_indented_with_spaces_is_refused() {
+        // The code is indented with tabs but a raw string next to it with spaces: a new line
+        // the model indented with spaces may be either, so the edit is refused, never guessed.
         let go = "func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\nconst s = `\n    text\n`\n";
         let old = "    if x {\n        return 1\n    }\n";
         let err = apply(
@@ -1233,12 +1399,142 @@ mod tests {
             matches!(err.reason, RefusalReason::Ambiguous { .. }),
             "{err:?}"
         );
+        assert!(
+            err.message.contains("spaces stand for the file's tabs"),
+            "{}",
+            err.message
+        );
         // Kept lines alone are certain: they are the file's own.
         let (out, _) = apply(go, old, "    if x {\n    }\n").unwrap();
         assert_eq!(
             out,
             "func f() {\n\tif x {\n\t}\n}\nconst s = `\n    text\n`\n"
         );
+    }
+
+    /// Regression (cobra `tabs`: 23 of 120 refused): lines indented with spaces far from the
+    /// match (a template at the other end of the file) say nothing about a new line here.
+    #[test]
+    fn spaces_for_tabs_far_from_lines_indented_with_spaces_is_applied() {
+        let filler: String = (0..NEAR_LINES + 2).map(|i| format!("\tx{i}()\n")).collect();
+        let go = format!(
+            "func f() {{\n\tif x {{\n\t\treturn 1\n\t}}\n{filler}}}\nconst s = `\n    text\n`\n"
+        );
+        let (out, kind) = apply(
+            &go,
+            "    if x {\n        return 1\n    }\n",
+            "    if x {\n        y()\n        return 1\n    }\n",
+        )
+        .unwrap();
+        assert_eq!(kind, MatchKind::Indentation);
+        assert_eq!(out, go.replace("\t\treturn 1\n", "\t\ty()\n\t\treturn 1\n"));
+    }
+
+    /// Spaces that are not whole tabs (`"     \t"` written as nine spaces) cannot be told
+    /// apart from tabs followed by spaces.
+    #[test]
+    fn spaces_for_tabs_that_are_not_whole_tabs_is_refused() {
+        let go = "func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\n";
+        let old = "    if x {\n        return 1\n    }\n";
+        let err = apply(
+            go,
+            old,
+            "    if x {\n         y()\n        return 1\n    }\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::Ambiguous { .. }),
+            "{err:?}"
+        );
+        // Less than one tab's width of spaces can only be spaces.
+        let (out, _) = apply(go, old, "    if x {\n  y()\n        return 1\n    }\n").unwrap();
+        assert_eq!(out, "func f() {\n\tif x {\n  y()\n\t\treturn 1\n\t}\n}\n");
+    }
+
+    /// A multi-line string the new text opens has indentation that is content, and the file
+    /// around the match says nothing about it.
+    #[test]
+    fn spaces_for_tabs_inside_a_string_the_new_text_opens_is_refused() {
+        let go = "func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\n";
+        let old = "    if x {\n        return 1\n    }\n";
+        let err = apply(go, old, "    if x {\n        return `a\n    b`\n    }\n").unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::Ambiguous { .. }),
+            "{err:?}"
+        );
+    }
+
+    /// The reverse direction: the model wrote tabs where the file indents with spaces. A new
+    /// line's tabs are spaces, unless the file around the match has tabs of its own.
+    #[test]
+    fn tabs_for_spaces_is_applied_unless_the_file_near_the_match_has_tabs() {
+        let py = "def f(x):\n    if x:\n        return 1\n    return 2\n";
+        let old = "\tif x:\n\t\treturn 1\n";
+        let new = "\tif x:\n\t\tlog(x)\n\t\treturn 1\n";
+        let (out, kind) = apply(py, old, new).unwrap();
+        assert_eq!(kind, MatchKind::Indentation);
+        assert_eq!(
+            out,
+            py.replace("        return 1\n", "        log(x)\n        return 1\n")
+        );
+        let mixed = format!("{py}s = '''\n\tcol\tcol\n'''\n");
+        let err = apply(&mixed, old, new).unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::Ambiguous { .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.message.contains("tabs stand for the file's spaces"),
+            "{}",
+            err.message
+        );
+    }
+
+    /// Regression (hiredis `crlf`): new_text with CRLF of its own mixed with LF: its carriage
+    /// returns may be content, so the edit is refused rather than normalised.
+    #[test]
+    fn new_text_with_mixed_line_endings_is_refused() {
+        let file = "a\r\nb\r\nc\r\n";
+        let err = apply(file, "a\nb\n", "a\nB\r\nb\n").unwrap_err();
+        assert_eq!(err.reason, RefusalReason::MixedLineEndings);
+        let err = apply("a\nb\n", "a\n", "A\r\n").unwrap_err();
+        assert_eq!(err.reason, RefusalReason::MixedLineEndings);
+        // CRLF throughout in a CRLF file is the file's own line ending.
+        let (out, _) = apply(file, "a\r\nb\r\n", "a\r\nB\r\n").unwrap();
+        assert_eq!(out, "a\r\nB\r\nc\r\n");
+    }
+
+    /// Regression (cobra `tabs`, another seed): a tab in a new line inside a multi-line string
+    /// whose other lines mix tabs in, however far from the match, may be a real tab.
+    #[test]
+    fn tabs_for_spaces_inside_a_string_that_has_tabs_is_refused() {
+        let filler: String = (0..NEAR_LINES + 2).map(|i| format!("    x{i}\n")).collect();
+        let go = format!(
+            "func f() {{\n\ts := `\n\t\tfirst\n{filler}    if x; then\n        y\n    fi\n`\n}}\n"
+        );
+        let err = apply(&go, "\tif x; then\n\t\ty\n", "\tif x; then\n\t\tz\n\t\ty\n").unwrap_err();
+        assert!(
+            matches!(err.reason, RefusalReason::Ambiguous { .. }),
+            "{err:?}"
+        );
+        // Outside the string the same edit is certain.
+        let clean = go.replace("\t\tfirst\n", "    first\n");
+        let (out, _) = apply(
+            &clean,
+            "\tif x; then\n\t\ty\n",
+            "\tif x; then\n\t\tz\n\t\ty\n",
+        )
+        .unwrap();
+        assert_eq!(out, clean.replace("        y\n", "        z\n        y\n"));
+    }
+
+    /// Regression (cobra `tabs`, another seed): a whitespace-only new line is indentation in
+    /// the file's characters too.
+    #[test]
+    fn spaces_for_tabs_on_a_whitespace_only_line_follow_the_file() {
+        let go = "func f() {\n\ta()\n\tb()\n}\n";
+        let (out, _) = apply(go, "    a()\n    b()\n", "    a()\n    \n    b()\n").unwrap();
+        assert_eq!(out, "func f() {\n\ta()\n\t\n\tb()\n}\n");
     }
 
     #[test]
