@@ -112,6 +112,7 @@ fn load_main(args: &[String]) -> Result<()> {
             .with_context(|| format!("read {payload_path}"))?
             .into_boxed_slice(),
     );
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -338,6 +339,8 @@ fn start_peer(dir: &Path, secret: &str) -> Result<Peer> {
         .env("NODE_ENV", "production")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        // It logs the refused check delivery at length.
+        .stderr(Stdio::null())
         .spawn()
         .context("start node (is Node.js installed?)")?;
     let stdout = child.stdout.take().context("peer stdout")?;
@@ -505,9 +508,15 @@ fn bench_main(args: &[String]) -> Result<()> {
             &bad_sig,
             &format!("{}-check-bad", t.name),
         ))?;
-        if !(200..300).contains(&good) || bad != 401 {
+        // Ours answers 401; @octokit/webhooks answers 400 ("signature does not match").
+        let refused = if t.name == "ours" {
+            bad == 401
+        } else {
+            (400..500).contains(&bad)
+        };
+        if !(200..300).contains(&good) || !refused {
             bail!(
-                "{}: a signed delivery got {good}, a bad signature {bad} (want 2xx, 401)",
+                "{}: a signed delivery got {good}, a bad signature {bad} (want 2xx, a refusal)",
                 t.name
             );
         }
