@@ -33,6 +33,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A delivery could not be stored: its group's transaction failed, or the writer stopped.
+    #[error("cannot store delivery {delivery}: {message}")]
+    Enqueue {
+        /// `X-GitHub-Delivery`.
+        delivery: String,
+        /// What failed.
+        message: String,
+    },
     /// A row held a value this version does not know.
     #[error("job {job}: unknown state {state:?}")]
     UnknownState {
