@@ -1,11 +1,16 @@
 //! bench-exec: how much latency the sandbox adds to spawning a command.
 //!
-//! Runs `true` 200 times each way, interleaved, in one process: a plain
-//! `std::process::Command` spawn-and-wait (the peer), and the executor with the sandbox off,
-//! with Landlock + seccomp + namespaces, and with bubblewrap when installed. Reports medians
-//! and the added latency over the peer. Target: at most 5 ms added for the sandboxed spawn.
+//! Spawns and waits for `true` N times (default 200) each way, in one process: a plain
+//! `std::process::Command` (the peer), and the executor with the sandbox off, with Landlock +
+//! seccomp + namespaces, the same without the spawner (each command joins a fresh pids
+//! cgroup, as before the spawner), and with bubblewrap when installed. Reports medians and the
+//! added latency over the peer. Target: at most 5 ms added for the sandboxed spawn.
 //!
-//! `cargo run --release --bin bench-exec [-- ITERATIONS]`
+//! Every sample is measured cold-comparably: it is preceded by an idle gap (default 60 ms,
+//! longer than the RCU grace periods a cgroup move waits for, so no sample profits from a
+//! move just made by another one), and the order of the configurations rotates each round.
+//!
+//! `cargo run --release --bin bench-exec [-- ITERATIONS [GAP_MS]]`
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -28,6 +33,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(200);
+    let gap = Duration::from_millis(
+        std::env::args()
+            .nth(2)
+            .map(|s| s.parse())
+            .transpose()?
+            .unwrap_or(60),
+    );
     let dir = tempfile::tempdir()?;
     let wt = dir.path().join("wt");
     std::fs::create_dir(&wt)?;
@@ -44,54 +56,69 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let mk = |mode: SandboxMode| {
+    let mk = |mode: SandboxMode, spawner: bool| {
         LocalExecutor::new(
             &wt,
             ExecOptions {
                 sandbox: mode,
                 network: NetworkMode::Off,
+                spawner,
                 ..ExecOptions::default()
             },
         )
     };
     let mut variants: Vec<(&str, LocalExecutor)> = vec![
-        ("executor, sandbox off", mk(SandboxMode::Off)?),
-        ("executor, landlock+seccomp+ns", mk(SandboxMode::Landlock)?),
+        ("executor, sandbox off", mk(SandboxMode::Off, true)?),
+        (
+            "executor, landlock+seccomp+ns",
+            mk(SandboxMode::Landlock, true)?,
+        ),
+        (
+            "  same, cgroup move per command",
+            mk(SandboxMode::Landlock, false)?,
+        ),
     ];
-    match mk(SandboxMode::Bwrap) {
+    match mk(SandboxMode::Bwrap, true) {
         Ok(e) => variants.push(("executor, bwrap", e)),
         Err(e) => {
             writeln!(std::io::stderr(), "bwrap variant skipped: {e}")?;
         }
     }
 
-    let mut plain = Vec::with_capacity(n);
-    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); variants.len()];
-    // Warm-up: page cache, first cgroup, first namespace.
+    // Slot 0 is the plain spawn, 1.. the executors.
+    let slots = variants.len() + 1;
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); slots];
+    // Warm-up: page cache, binaries, first namespace.
     for (_, e) in &variants {
         rt.block_on(e.run(ExecRequest::argv(["true"])))?;
     }
-    for _ in 0..n {
-        let t = Instant::now();
-        let s = std::process::Command::new("true").status()?;
-        plain.push(t.elapsed());
-        if !s.success() {
-            return Err("plain true failed".into());
-        }
-        for (i, (_, e)) in variants.iter().enumerate() {
+    for round in 0..n {
+        for k in 0..slots {
+            let slot = (round + k) % slots;
+            std::thread::sleep(gap);
             let t = Instant::now();
-            let out = rt.block_on(e.run(ExecRequest::argv(["true"])))?;
-            times[i].push(t.elapsed());
-            if !out.status.success() {
-                return Err(format!("sandboxed true failed: {:?}", out.status).into());
+            if slot == 0 {
+                let s = std::process::Command::new("true").status()?;
+                times[0].push(t.elapsed());
+                if !s.success() {
+                    return Err("plain true failed".into());
+                }
+            } else {
+                let out = rt.block_on(variants[slot - 1].1.run(ExecRequest::argv(["true"])))?;
+                times[slot].push(t.elapsed());
+                if !out.status.success() {
+                    return Err(format!("sandboxed true failed: {:?}", out.status).into());
+                }
             }
         }
     }
+    let mut plain = std::mem::take(&mut times[0]);
     let peer = median(&mut plain);
     let mut o = std::io::stdout().lock();
     writeln!(
         o,
-        "bench-exec: spawn and wait for `true`, medians of {n}, interleaved"
+        "bench-exec: spawn and wait for `true`, medians of {n}, each sample after {} ms idle, order rotated",
+        gap.as_millis()
     )?;
     writeln!(
         o,
@@ -99,7 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "plain std::process::Command",
         ms(peer)
     )?;
-    for ((name, _), t) in variants.iter().zip(times.iter_mut()) {
+    for ((name, _), t) in variants.iter().zip(times.iter_mut().skip(1)) {
         let m = median(t);
         writeln!(
             o,

@@ -2,9 +2,11 @@
 //!
 //! `RLIMIT_NPROC` is not enforced for a process whose kernel uid is 0, even inside a user
 //! namespace that maps it, so when the agent runs as root a fork bomb would only stop at the
-//! machine's pid limit. Each command then gets its own cgroup with `pids.max`, joined by the
-//! child before anything else; the cgroup also names every process the command left behind
-//! (including ones that called `setsid`), so cleanup kills exactly those.
+//! machine's pid limit. Each command then runs in a cgroup with `pids.max`: normally the
+//! cgroup of the executor's spawner (see `spawner`), which forks it there, or else a cgroup of
+//! its own joined by the child before anything else. The cgroup also names every process the
+//! command left behind (including ones that called `setsid`), so cleanup kills exactly those,
+//! sparing the spawner.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -27,6 +29,9 @@ pub(crate) struct Cgroup {
     v2: bool,
     /// `cgroup.procs`, as the child writes it.
     pub(crate) procs: CString,
+    /// A process that belongs in the cgroup and is not the command's: the executor's
+    /// spawner, which forks commands from inside it. Never counted or killed here.
+    spare: Option<i32>,
 }
 
 impl CgroupBase {
@@ -111,6 +116,7 @@ impl CgroupBase {
                 .map_err(std::io::Error::other)?,
             dir,
             v2: self.v2,
+            spare: None,
         };
         std::fs::write(cg.dir.join("pids.max"), max_pids.to_string())?;
         Ok(cg)
@@ -118,13 +124,35 @@ impl CgroupBase {
 }
 
 impl Cgroup {
-    /// Processes still in the cgroup.
+    /// Leave `pid` (the spawner living in this cgroup) out of every count and kill.
+    pub(crate) fn spare(&mut self, pid: i32) {
+        self.spare = Some(pid);
+    }
+
+    /// Processes still in the cgroup, the spared one excepted.
     fn members(&self) -> Vec<i32> {
         std::fs::read_to_string(self.dir.join("cgroup.procs"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.trim().parse().ok())
+            .filter(|p| Some(*p) != self.spare)
             .collect()
+    }
+
+    /// SIGKILL everything in the cgroup (the spared process excepted), waiting at most
+    /// about 100 ms; for drop paths that cannot await.
+    pub(crate) fn kill_all_now(&self) {
+        for _ in 0..100 {
+            let members = self.members();
+            if members.is_empty() {
+                return;
+            }
+            for pid in members {
+                // SAFETY: plain signal to a pid.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Whether no process is left in the cgroup (zombies already count as gone).
@@ -134,7 +162,7 @@ impl Cgroup {
 
     /// SIGKILL everything in the cgroup until it is empty (bounded).
     pub(crate) async fn kill_all(&self) {
-        if self.v2 {
+        if self.v2 && self.spare.is_none() {
             let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
         }
         for _ in 0..400 {
@@ -154,11 +182,12 @@ impl Cgroup {
     /// Wait briefly until the killed processes are reaped, so the cgroup can be removed now;
     /// zombies left to a slow init are cleaned up in the background on drop.
     pub(crate) async fn drained(&self) {
+        let rest = u64::from(self.spare.is_some());
         for _ in 0..5 {
             let current = std::fs::read_to_string(self.dir.join("pids.current"))
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok());
-            if current.is_none_or(|c| c == 0) {
+            if current.is_none_or(|c| c <= rest) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

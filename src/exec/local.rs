@@ -1,6 +1,8 @@
 //! The local executor: runs commands on this machine inside the sandbox.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -15,6 +17,7 @@ use super::cgroup::{self, CgroupBase};
 use super::error::{Error, Result};
 use super::proxy::{BlockedHost, EgressProxy};
 use super::sandbox::{self, ChildSetup, LandlockSpawn, Mechanism, ParentSide, SandboxReport};
+use super::spawner::{Launch, SpawnError, Spawner};
 use super::{CommandLine, ExecOptions, ExecOutput, ExecRequest, Executor, Termination};
 use crate::audit::redact::is_secret_name;
 use crate::config::{NetworkMode, SandboxMode};
@@ -48,6 +51,55 @@ pub struct LocalExecutor {
     proxy: Option<EgressProxy>,
     /// Per-command pids cgroups, when running as root (where `RLIMIT_NPROC` does not bind).
     cgroups: Option<CgroupBase>,
+    /// Idle spawners (with `cgroups`): each lives in a pids cgroup of its own and forks
+    /// commands inside it, so starting a command moves no process between cgroups.
+    spawners: Mutex<Vec<Spawner>>,
+}
+
+/// A command ready to start: what to exec, its environment and its sandbox setup.
+struct Prepared {
+    /// The program as given (also `argv[0]`); bubblewrap's path under bubblewrap.
+    program: OsString,
+    args: Vec<OsString>,
+    env: Vec<(String, String)>,
+    setup: ChildSetup,
+    parent: ParentSide,
+}
+
+/// How a started command is waited for.
+enum Proc {
+    /// Spawned directly by this process.
+    Child(tokio::process::Child),
+    /// Forked by a spawner, which reports its exit.
+    Spawned(Spawner),
+}
+
+type Pipe = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+
+/// A started command.
+struct Running {
+    pid: Option<i32>,
+    proc: Proc,
+    stdout: Option<Pipe>,
+    stderr: Option<Pipe>,
+    parent: ParentSide,
+}
+
+impl Running {
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match &mut self.proc {
+            Proc::Child(c) => c.wait().await,
+            Proc::Spawned(s) => s.wait().await,
+        }
+    }
+
+    /// The cgroup that holds the command: its own, or its spawner's.
+    fn cgroup(&self) -> Option<&super::cgroup::Cgroup> {
+        match &self.proc {
+            Proc::Spawned(s) => Some(s.cgroup()),
+            Proc::Child(_) => self.parent.cgroup.as_ref(),
+        }
+    }
 }
 
 impl LocalExecutor {
@@ -85,6 +137,7 @@ impl LocalExecutor {
             },
             proxy: None,
             cgroups: None,
+            spawners: Mutex::default(),
         };
         if cgroup::is_root() {
             this.cgroups = CgroupBase::find();
@@ -141,6 +194,7 @@ impl LocalExecutor {
                             .into(),
                     });
                 }
+                this.warm_spawner();
                 return Ok(this);
             }
             SandboxMode::Landlock => {
@@ -182,7 +236,65 @@ impl LocalExecutor {
         if network == NetworkMode::Allowlist {
             this.proxy = Some(EgressProxy::new(&this.opts.network_allow));
         }
+        this.warm_spawner();
         Ok(this)
+    }
+
+    /// Start one spawner now, so the first command does not pay for its cgroup move.
+    fn warm_spawner(&self) {
+        let idle = self.spawners.lock().map(|v| v.len()).unwrap_or(1);
+        if idle == 0
+            && let Some(s) = self.start_spawner()
+        {
+            self.give_back(s);
+        }
+    }
+
+    /// A new spawner for the current backend, in a cgroup of its own (as root only).
+    fn start_spawner(&self) -> Option<Spawner> {
+        let base = self.cgroups.as_ref().filter(|_| self.opts.spawner)?;
+        let template = match &self.backend {
+            Backend::Landlock { seccomp, ruleset } => ChildSetup::landlock(LandlockSpawn {
+                worktree: &self.worktree,
+                network: self.opts.network,
+                limits: &self.opts.limits,
+                seccomp: seccomp.clone(),
+                ruleset: ruleset.clone(),
+            }),
+            Backend::Bwrap { .. } | Backend::None => ChildSetup::limits_only(&self.opts.limits),
+        };
+        let started = template.and_then(|(t, _)| {
+            Spawner::start(base, self.opts.limits.max_processes, &t, &self.worktree).map_err(|e| {
+                Error::SandboxSetup {
+                    what: "the command spawner".into(),
+                    source: e,
+                }
+            })
+        });
+        match started {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "no spawner: each command joins its own pids cgroup");
+                None
+            }
+        }
+    }
+
+    /// An idle spawner, or a new one (a command running concurrently with another).
+    fn take_spawner(&self) -> Option<Spawner> {
+        self.cgroups.as_ref().filter(|_| self.opts.spawner)?;
+        let idle = self.spawners.lock().ok().and_then(|mut v| v.pop());
+        idle.or_else(|| self.start_spawner())
+    }
+
+    /// Return a spawner to the pool if it can run another command (else it is dropped, which
+    /// kills it and whatever is left in its cgroup).
+    fn give_back(&self, s: Spawner) {
+        if s.reusable()
+            && let Ok(mut v) = self.spawners.lock()
+        {
+            v.push(s);
+        }
     }
 
     /// The private directory (`home/`, `tmp/`) commands see as `$HOME` and `$TMPDIR`.
@@ -246,35 +358,64 @@ impl LocalExecutor {
         p
     }
 
-    /// Run `true` in the sandbox once, so a sandbox that cannot be set up fails here.
+    /// Run `true` in the sandbox once, so a sandbox that cannot be set up fails here. Through
+    /// a fresh spawner when commands will use one (kept only if this succeeds, so a failed
+    /// trial leaves no spawner set up for the wrong mechanism).
     fn verify(&self, mode: &str) -> Result<()> {
-        let (mut cmd, parent) = self.command("true", &[], Vec::new())?;
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-        let out = cmd.output().map_err(|e| Error::SandboxUnavailable {
+        let unavailable = |reason: String| Error::SandboxUnavailable {
             mode: mode.into(),
-            reason: describe_spawn_error(&e, &parent),
-        })?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
+            reason,
+        };
+        let p = self.prepare("true", &[], Vec::new())?;
+        let (status, stderr) = if let Some(mut sp) = self.start_spawner() {
+            let null = std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/null")
+                .map_err(|e| unavailable(e.to_string()))?;
+            let (err_r, err_w) = pipe().map_err(|e| unavailable(e.to_string()))?;
+            let pid = self.spawn_via(&mut sp, &p, null.as_raw_fd(), err_w.as_raw_fd());
+            drop(err_w);
+            match pid {
+                Ok(_) => {}
+                Err(SpawnError::Exec(e)) => {
+                    return Err(unavailable(describe_spawn_error(&e, &p.parent)));
+                }
+                Err(SpawnError::Request(e) | SpawnError::Broken(e)) => {
+                    return Err(unavailable(format!("the command spawner failed: {e}")));
+                }
+            }
+            let status = sp
+                .wait_blocking()
+                .map_err(|e| unavailable(format!("the command spawner failed: {e}")))?;
+            let mut stderr = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::fs::File::from(err_r), &mut stderr);
+            self.give_back(sp);
+            (status, stderr)
+        } else {
+            let (mut cmd, parent) = self.std_command(p)?;
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+            let out = cmd
+                .output()
+                .map_err(|e| unavailable(describe_spawn_error(&e, &parent)))?;
+            (out.status, out.stderr)
+        };
+        if !status.success() {
+            let stderr = String::from_utf8_lossy(&stderr);
             let stderr: String = stderr.trim().chars().take(500).collect();
-            return Err(Error::SandboxUnavailable {
-                mode: mode.into(),
-                reason: format!(
-                    "a trial command in the sandbox failed ({}): {stderr}",
-                    out.status
-                ),
-            });
+            return Err(unavailable(format!(
+                "a trial command in the sandbox failed ({status}): {stderr}"
+            )));
         }
         Ok(())
     }
 
-    /// The std command for `program args` with the sandbox applied.
-    fn command(
+    /// `program args` with the sandbox prepared: environment, setup, parent-side handles.
+    fn prepare(
         &self,
         program: &str,
         args: &[String],
         extra_env: Vec<(String, String)>,
-    ) -> Result<(std::process::Command, ParentSide)> {
+    ) -> Result<Prepared> {
         let home = self.private.path().join("home");
         let tmp = self.private.path().join("tmp");
         let mut env_extra = extra_env;
@@ -294,40 +435,61 @@ impl LocalExecutor {
         let parent_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
         let env = super::env::sandbox_env(parent_env, &self.opts.pass_env, &home, &tmp, &env_extra);
-
-        let (mut cmd, setup, parent) = match &self.backend {
-            Backend::Landlock { seccomp, ruleset } => {
-                let (setup, parent) = ChildSetup::landlock(LandlockSpawn {
+        let plain_args = || args.iter().map(OsString::from).collect::<Vec<_>>();
+        let (program, args, (setup, parent)) = match &self.backend {
+            Backend::Landlock { seccomp, ruleset } => (
+                OsString::from(program),
+                plain_args(),
+                ChildSetup::landlock(LandlockSpawn {
                     worktree: &self.worktree,
                     network: self.opts.network,
                     limits: &self.opts.limits,
                     seccomp: seccomp.clone(),
                     ruleset: ruleset.clone(),
-                })?;
-                let mut cmd = std::process::Command::new(program);
-                cmd.args(args);
-                (cmd, setup, parent)
-            }
+                })?,
+            ),
             Backend::Bwrap { path } => {
-                let (setup, parent) = ChildSetup::limits_only(&self.opts.limits)?;
-                let mut cmd = std::process::Command::new(path);
-                cmd.args(sandbox::bwrap_args(
+                let mut a = sandbox::bwrap_args(
                     &self.worktree,
                     self.private.path(),
                     &self.opts.writable,
                     self.opts.network,
-                ));
-                cmd.arg(program).args(args);
-                (cmd, setup, parent)
+                );
+                a.push(program.into());
+                a.extend(plain_args());
+                (
+                    path.clone().into_os_string(),
+                    a,
+                    ChildSetup::limits_only(&self.opts.limits)?,
+                )
             }
-            Backend::None => {
-                let (setup, parent) = ChildSetup::limits_only(&self.opts.limits)?;
-                let mut cmd = std::process::Command::new(program);
-                cmd.args(args);
-                (cmd, setup, parent)
-            }
+            Backend::None => (
+                OsString::from(program),
+                plain_args(),
+                ChildSetup::limits_only(&self.opts.limits)?,
+            ),
         };
-        let (mut setup, mut parent) = (setup, parent);
+        Ok(Prepared {
+            program,
+            args,
+            env,
+            setup,
+            parent,
+        })
+    }
+
+    /// The std command for a prepared command, joining a pids cgroup of its own when the
+    /// process limit needs one (the path without a spawner).
+    fn std_command(&self, p: Prepared) -> Result<(std::process::Command, ParentSide)> {
+        let Prepared {
+            program,
+            args,
+            env,
+            mut setup,
+            mut parent,
+        } = p;
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args);
         if let Some(base) = &self.cgroups {
             let cg =
                 base.create(self.opts.limits.max_processes)
@@ -350,6 +512,88 @@ impl LocalExecutor {
         Ok((cmd, parent))
     }
 
+    /// Start a prepared command through `sp`, with these standard output and error.
+    fn spawn_via(
+        &self,
+        sp: &mut Spawner,
+        p: &Prepared,
+        stdout: std::os::fd::RawFd,
+        stderr: std::os::fd::RawFd,
+    ) -> std::result::Result<i32, SpawnError> {
+        let path_var = p
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let path = resolve_program(&p.program, path_var, &self.worktree)
+            .ok_or_else(|| SpawnError::Exec(std::io::Error::from_raw_os_error(libc::ENOENT)))?;
+        let mut argv: Vec<&[u8]> = vec![p.program.as_bytes()];
+        argv.extend(p.args.iter().map(|a| a.as_bytes()));
+        sp.spawn(&Launch {
+            path: &path,
+            argv: &argv,
+            env: &p.env,
+            setup: &p.setup,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Start a prepared command: through a spawner when there is one, else directly.
+    fn launch(&self, p: Prepared, program: &str) -> Result<Running> {
+        let spawn_err = |e: std::io::Error, parent: &ParentSide| Error::Spawn {
+            program: program.to_string(),
+            source: std::io::Error::new(e.kind(), describe_spawn_error(&e, parent)),
+        };
+        if let Some(mut sp) = self.take_spawner() {
+            let (out_r, out_w) = pipe().map_err(|e| spawn_err(e, &p.parent))?;
+            let (err_r, err_w) = pipe().map_err(|e| spawn_err(e, &p.parent))?;
+            let r = self.spawn_via(&mut sp, &p, out_w.as_raw_fd(), err_w.as_raw_fd());
+            drop((out_w, err_w));
+            match r {
+                Ok(pid) => {
+                    let rx = |fd: OwnedFd| -> Result<Pipe> {
+                        let r = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                            .map_err(|e| spawn_err(e, &p.parent))?;
+                        Ok(Box::new(r))
+                    };
+                    return Ok(Running {
+                        pid: Some(pid),
+                        stdout: Some(rx(out_r)?),
+                        stderr: Some(rx(err_r)?),
+                        proc: Proc::Spawned(sp),
+                        parent: p.parent,
+                    });
+                }
+                Err(SpawnError::Exec(e)) => {
+                    self.give_back(sp);
+                    return Err(spawn_err(e, &p.parent));
+                }
+                Err(SpawnError::Request(e)) => {
+                    tracing::debug!(error = %e, "command not for the spawner; spawning it directly");
+                    self.give_back(sp);
+                }
+                Err(SpawnError::Broken(e)) => {
+                    tracing::warn!(error = %e, "command spawner failed; spawning directly");
+                }
+            }
+        }
+        let (std_cmd, parent) = self.std_command(p)?;
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| spawn_err(e, &parent))?;
+        let pid = child.id().map(|p| p as i32);
+        let stdout = child.stdout.take().map(|p| Box::new(p) as Pipe);
+        let stderr = child.stderr.take().map(|p| Box::new(p) as Pipe);
+        Ok(Running {
+            pid,
+            proc: Proc::Child(child),
+            stdout,
+            stderr,
+            parent,
+        })
+    }
+
     async fn run_inner(&self, req: ExecRequest) -> Result<ExecOutput> {
         if let Some((name, _)) = req.env.iter().find(|(k, _)| is_secret_name(k)) {
             return Err(Error::SecretEnv { name: name.clone() });
@@ -362,21 +606,16 @@ impl LocalExecutor {
             CommandLine::Shell(s) => ("/bin/sh".into(), vec!["-c".into(), s.clone()]),
         };
         let timeout = req.timeout.unwrap_or(self.opts.timeout);
-        let (std_cmd, parent) = self.command(&program, &args, req.env)?;
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let prepared = self.prepare(&program, &args, req.env)?;
         let start = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| Error::Spawn {
-            program: program.clone(),
-            source: std::io::Error::new(e.kind(), describe_spawn_error(&e, &parent)),
-        })?;
-        let pid = child.id().map(|p| p as i32);
+        let mut running = self.launch(prepared, &program)?;
+        let pid = running.pid;
         let userns = pid.and_then(|p| std::fs::read_link(format!("/proc/{p}/ns/user")).ok());
         let own_userns = std::fs::read_link("/proc/self/ns/user").ok();
         let userns = userns.filter(|u| Some(u) != own_userns.as_ref());
 
         let blocked: Arc<Mutex<Vec<BlockedHost>>> = Arc::default();
-        let proxy_task = match (&self.proxy, &parent.proxy_sock) {
+        let proxy_task = match (&self.proxy, &running.parent.proxy_sock) {
             (Some(proxy), Some(sock)) => Some(self.serve_proxy(proxy, sock)?),
             _ => None,
         };
@@ -384,20 +623,20 @@ impl LocalExecutor {
 
         let cap = self.opts.limits.output_cap_bytes;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let out_task = child
+        let out_task = running
             .stdout
             .take()
             .map(|p| tokio::spawn(read_capped(p, cap, stop_rx.clone())));
-        let err_task = child
+        let err_task = running
             .stderr
             .take()
             .map(|p| tokio::spawn(read_capped(p, cap, stop_rx.clone())));
 
         let waited = tokio::select! {
-            s = child.wait() => Some(s),
+            s = running.wait() => Some(s),
             _ = tokio::time::sleep(timeout) => None,
         };
-        if let Some(cg) = &parent.cgroup {
+        if let Some(cg) = running.cgroup() {
             cg.kill_all().await;
         }
         if let Some(pid) = pid {
@@ -409,11 +648,11 @@ impl LocalExecutor {
                 source: e,
             })?),
             None => {
-                let _ = child.wait().await;
+                let _ = running.wait().await;
                 None
             }
         };
-        if let Some(cg) = &parent.cgroup {
+        if let Some(cg) = running.cgroup() {
             cg.kill_all().await;
             cg.drained().await;
         }
@@ -421,7 +660,7 @@ impl LocalExecutor {
         // the cgroup before unsharing, and none can leave it (cgroupfs is not writable under
         // Landlock, and read-only under bubblewrap's `--ro-bind / /`): an empty cgroup means an
         // empty namespace, so the /proc scan is skipped.
-        let ns_empty = parent.cgroup.as_ref().is_some_and(|cg| cg.is_empty());
+        let ns_empty = running.cgroup().is_some_and(|cg| cg.is_empty());
         if let Some(ns) = &userns
             && !ns_empty
         {
@@ -441,6 +680,9 @@ impl LocalExecutor {
             None => Capture::new(0).finish(),
         };
         stopper.abort();
+        if let Proc::Spawned(sp) = running.proc {
+            self.give_back(sp);
+        }
         if let Some(t) = proxy_task {
             t.abort();
         }
@@ -613,4 +855,39 @@ async fn kill_namespace(ns: &Path) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A pipe, both ends close-on-exec.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two fresh descriptors we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The file `execvp` would run for `program` with this `PATH` (empty entries and relative
+/// ones are relative to `cwd`, where the command runs); a name with a slash is used as is.
+fn resolve_program(program: &std::ffi::OsStr, path: Option<&str>, cwd: &Path) -> Option<PathBuf> {
+    if program.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(program));
+    }
+    if program.is_empty() {
+        return None;
+    }
+    let path = path.unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':').find_map(|dir| {
+        let dir = if dir.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(dir)
+        };
+        let candidate = dir.join(program);
+        let full = cwd.join(&candidate);
+        let meta = std::fs::metadata(&full).ok()?;
+        use std::os::unix::fs::PermissionsExt;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(candidate)
+    })
 }

@@ -31,6 +31,7 @@ mod error;
 mod local;
 pub mod proxy;
 mod sandbox;
+mod spawner;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -194,6 +195,11 @@ pub struct ExecOptions {
     pub pass_env: Vec<String>,
     /// Extra paths the command may write (e.g. a shared build cache).
     pub writable: Vec<PathBuf>,
+    /// As root with a pids cgroup: fork commands from a spawner process that joined its
+    /// pids cgroup once, when the executor was made, so starting a command moves no process
+    /// between cgroups (a cold move waits for an RCU grace period: about 13 ms on a cgroup v1
+    /// hierarchy). `false` makes every command join a fresh cgroup of its own instead.
+    pub spawner: bool,
 }
 
 impl Default for ExecOptions {
@@ -206,6 +212,7 @@ impl Default for ExecOptions {
             timeout: Duration::from_secs(15 * 60),
             pass_env: DEFAULT_PASS_ENV.iter().map(|s| s.to_string()).collect(),
             writable: Vec::new(),
+            spawner: true,
         }
     }
 }

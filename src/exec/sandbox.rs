@@ -515,6 +515,26 @@ impl ChildSetup {
         ))
     }
 
+    /// The read-only binds of this command (path, mount flags to keep), for the spawner.
+    pub(crate) fn binds(&self) -> impl Iterator<Item = (&std::ffi::CStr, libc::c_ulong)> {
+        self.ro_binds.iter().map(|b| (b.path.as_c_str(), b.keep))
+    }
+
+    /// Write end of the step-report pipe.
+    pub(crate) fn err_fd(&self) -> RawFd {
+        self.err_pipe.as_raw_fd()
+    }
+
+    /// Child end of the proxy socket pair, in `allowlist` mode.
+    pub(crate) fn proxy_fd(&self) -> Option<RawFd> {
+        self.proxy_sock.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Descriptors the setup itself needs open in the child (the Landlock ruleset).
+    pub(crate) fn kept_fds(&self) -> Vec<RawFd> {
+        self.ruleset.iter().map(|r| r.as_raw_fd()).collect()
+    }
+
     /// Join this pids cgroup first thing in the child.
     pub(crate) fn join_cgroup(&mut self, procs: CString) {
         self.cgroup_procs = Some(procs);
@@ -526,11 +546,27 @@ impl ChildSetup {
     /// # Safety
     /// Must be called only in the child between `fork` and `exec`.
     pub(crate) unsafe fn apply(&self) -> std::io::Result<()> {
+        // SAFETY: forwarded from the caller; the iterator only borrows prepared CStrings.
+        unsafe { self.apply_with(self.binds(), self.err_fd(), self.proxy_fd()) }
+    }
+
+    /// [`apply`](Self::apply) with the per-command parts given separately: the read-only
+    /// binds (path, flags to keep), the step-report descriptor and the proxy socket. The
+    /// executor's spawner keeps one `ChildSetup` as a template and passes these per command.
+    ///
+    /// # Safety
+    /// As [`apply`](Self::apply); `binds` must not allocate.
+    pub(crate) unsafe fn apply_with<'b>(
+        &self,
+        binds: impl Iterator<Item = (&'b std::ffi::CStr, libc::c_ulong)>,
+        err_fd: RawFd,
+        proxy_fd: Option<RawFd>,
+    ) -> std::io::Result<()> {
         // SAFETY (whole body): plain system calls on memory prepared before the fork.
         unsafe {
             let fail = |step: u8| -> std::io::Error {
                 let e = std::io::Error::last_os_error();
-                libc::write(self.err_pipe.as_raw_fd(), (&step as *const u8).cast(), 1);
+                libc::write(err_fd, (&step as *const u8).cast(), 1);
                 e
             };
             let check = |r: libc::c_int, step: u8| -> std::io::Result<()> {
@@ -558,11 +594,11 @@ impl ChildSetup {
                     ),
                     2,
                 )?;
-                for b in &self.ro_binds {
+                for (path, keep) in binds {
                     check(
                         libc::mount(
-                            b.path.as_ptr(),
-                            b.path.as_ptr(),
+                            path.as_ptr(),
+                            path.as_ptr(),
                             std::ptr::null(),
                             libc::MS_BIND | libc::MS_REC,
                             std::ptr::null(),
@@ -572,9 +608,9 @@ impl ChildSetup {
                     check(
                         libc::mount(
                             std::ptr::null(),
-                            b.path.as_ptr(),
+                            path.as_ptr(),
                             std::ptr::null(),
-                            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | b.keep,
+                            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | keep,
                             std::ptr::null(),
                         ),
                         3,
@@ -595,8 +631,8 @@ impl ChildSetup {
                 if self.unshare_net {
                     loopback_up().map_err(|_| fail(5))?;
                 }
-                if let Some(sock) = &self.proxy_sock {
-                    proxy_listener(sock.as_raw_fd()).map_err(|_| fail(6))?;
+                if let Some(sock) = proxy_fd {
+                    proxy_listener(sock).map_err(|_| fail(6))?;
                 }
             }
             for &(res, v) in &self.rlimits {
@@ -684,7 +720,7 @@ fn mount_flags(path: &Path) -> Result<libc::c_ulong> {
 }
 
 /// open/write/close; async-signal-safe.
-unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> libc::c_int {
+pub(crate) unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> libc::c_int {
     // SAFETY: plain system calls on valid buffers.
     unsafe {
         let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);

@@ -332,9 +332,15 @@ fn processes_with_cmdline(needle: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_bomb_is_contained_and_its_group_reaped() {
     let (_d, root) = repo();
-    for mode in [SandboxMode::Landlock, SandboxMode::Bwrap] {
+    // The spawner's cgroup for both mechanisms, and a cgroup of the command's own.
+    for (mode, spawner) in [
+        (SandboxMode::Landlock, true),
+        (SandboxMode::Bwrap, true),
+        (SandboxMode::Landlock, false),
+    ] {
         let mut o = opts(mode, NetworkMode::Off);
         o.limits.max_processes = 64;
+        o.spawner = spawner;
         let exec = LocalExecutor::new(&root, o).unwrap();
         // The bomb exhausts the limit, so even the main shell's `sleep` cannot fork and it
         // runs into the timeout; what matters is that the machine's limit was never reached,
@@ -421,6 +427,7 @@ async fn canary_secret_is_not_in_env_proc_or_output() {
         // Even asking for it by name does not pass it.
         o.pass_env.push("GIT_AGENT_EXEC_TEST_CANARY_TOKEN".into());
         let exec = LocalExecutor::new(&root, o).unwrap();
+        // $PPID is the spawner under Landlock: its environment is as unreadable as ours.
         let script = format!(
             "env; cat /proc/self/environ; cat /proc/{parent}/environ; cat /proc/$PPID/environ; \
              for f in /proc/[0-9]*/environ; do cat $f; done; \
@@ -572,4 +579,105 @@ async fn cargo_builds_and_tests_a_crate_inside_the_sandbox() {
     let out = sh(&exec, "cargo test --offline -q 2>&1").await;
     assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
     assert!(text(&out).contains("1 passed"), "{}", text(&out));
+}
+
+/// The command's pids cgroup (v1 `pids` line, else the v2 line) and its parent pid.
+fn cgroup_and_ppid(out: &ExecOutput) -> (String, u32) {
+    let t = out.stdout.to_text_lossy();
+    let cgroup = t
+        .lines()
+        .find(|l| l.contains(":pids:"))
+        .or_else(|| t.lines().find(|l| l.starts_with("0::")))
+        .unwrap_or_else(|| panic!("no cgroup line: {t}"))
+        .to_string();
+    let ppid = t
+        .lines()
+        .find_map(|l| l.strip_prefix("ppid="))
+        .unwrap_or_else(|| panic!("no ppid: {t}"))
+        .trim()
+        .parse()
+        .unwrap();
+    (cgroup, ppid)
+}
+
+const WHERE: &str = "cat /proc/self/cgroup; echo ppid=$PPID";
+
+// Guards the spawner: commands start in its pids cgroup (inherited, no move per command),
+// leftovers are killed between commands, and the spawner itself survives to serve the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_start_in_the_spawners_cgroup_and_leave_nothing_behind() {
+    let (_d, root) = repo();
+    let exec = LocalExecutor::new(&root, opts(SandboxMode::Landlock, NetworkMode::Off)).unwrap();
+    let marker = "1000000000.7777";
+    let first = sh(
+        &exec,
+        &format!("setsid sleep {marker} >/dev/null 2>&1 & {WHERE}"),
+    )
+    .await;
+    assert!(first.status.success(), "{}", text(&first));
+    let (cg1, spawner1) = cgroup_and_ppid(&first);
+    assert!(cg1.contains("/git-agent/cmd-"), "{cg1}");
+    assert_ne!(spawner1, std::process::id(), "forked by the agent itself");
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = processes_with_cmdline(marker);
+        if left == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(left, 0, "the detached sleeper survived its command");
+    let second = sh(&exec, WHERE).await;
+    let (cg2, spawner2) = cgroup_and_ppid(&second);
+    assert_eq!(
+        (cg2, spawner2),
+        (cg1, spawner1),
+        "same spawner, same cgroup"
+    );
+
+    // Without the spawner every command is the agent's child in a cgroup of its own.
+    let mut o = opts(SandboxMode::Landlock, NetworkMode::Off);
+    o.spawner = false;
+    let direct = LocalExecutor::new(&root, o).unwrap();
+    let (a, pa) = cgroup_and_ppid(&sh(&direct, WHERE).await);
+    let (b, pb) = cgroup_and_ppid(&sh(&direct, WHERE).await);
+    assert_eq!((pa, pb), (std::process::id(), std::process::id()));
+    assert!(a.contains("/git-agent/cmd-") && b.contains("/git-agent/cmd-") && a != b);
+}
+
+// Guards the pool: concurrent commands each get a spawner and a pids cgroup of their own, so
+// one command's process limit and cleanup never involve another's processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commands_get_spawners_and_cgroups_of_their_own() {
+    let (_d, root) = repo();
+    let exec = LocalExecutor::new(&root, opts(SandboxMode::Landlock, NetworkMode::Off)).unwrap();
+    let script = format!("sleep 0.5; {WHERE}");
+    let (x, y) = tokio::join!(sh(&exec, &script), sh(&exec, &script));
+    let (cx, px) = cgroup_and_ppid(&x);
+    let (cy, py) = cgroup_and_ppid(&y);
+    assert_ne!(cx, cy);
+    assert_ne!(px, py);
+}
+
+// Guards the spawner's descriptor hygiene: forked from the agent, it must not keep the
+// agent's pipes and sockets open (a reader would never see end-of-file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spawner_keeps_none_of_the_agents_descriptors() {
+    let (_d, root) = repo();
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let exec = LocalExecutor::new(&root, opts(SandboxMode::Landlock, NetworkMode::Off)).unwrap();
+    unsafe { libc::close(fds[1]) };
+    let mut pfd = libc::pollfd {
+        fd: fds[0],
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let n = unsafe { libc::poll(&mut pfd, 1, 5000) };
+    assert_eq!(n, 1, "no end-of-file: someone still holds the write end");
+    let mut b = [0u8; 1];
+    assert_eq!(unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) }, 0);
+    unsafe { libc::close(fds[0]) };
+    // The executor (and its spawner) still works.
+    assert!(sh(&exec, "true").await.status.success());
 }
