@@ -549,6 +549,22 @@ async fn agent_stop_ends_the_bots_run_as_cancelled() {
     assert_eq!(job.state, JobState::Cancelled, "{job:?}");
     assert_eq!(job.run_state.as_deref(), Some("cancelled"), "{job:?}");
     assert_eq!(record().unwrap()["state"], "cancelled");
+    // The stopped command does not outlive its run.
+    let mut gone = false;
+    for _ in 0..100 {
+        let left = Command::new("pgrep")
+            .args(["-f", "sleep 117"])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        if !left {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the stopped run's command is still running");
     assert!(w.fake.world().pulls.is_empty(), "no PR for a stopped run");
     let comments = w.progress_comments();
     assert_eq!(comments.len(), 1, "{comments:#?}");
