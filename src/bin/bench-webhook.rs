@@ -319,8 +319,9 @@ impl Drop for Peer {
     }
 }
 
-fn start_peer(dir: &Path, secret: &str) -> Result<Peer> {
-    if !dir.join("node_modules/@octokit/webhooks").is_dir() {
+/// `npm ci` in the peer's directory unless its packages are there.
+fn install_peer(dir: &Path) -> Result<()> {
+    if !dir.join("node_modules/@octokit/webhooks-examples").is_dir() {
         eprintln!("installing the peer in {} (npm ci)", dir.display());
         let st = Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund"])
@@ -331,6 +332,11 @@ fn start_peer(dir: &Path, secret: &str) -> Result<Peer> {
             bail!("npm ci failed in {}", dir.display());
         }
     }
+    Ok(())
+}
+
+fn start_peer(dir: &Path, secret: &str) -> Result<Peer> {
+    install_peer(dir)?;
     let mut child = Command::new("node")
         .arg("server.js")
         .current_dir(dir)
@@ -452,6 +458,7 @@ fn bench_main(args: &[String]) -> Result<()> {
     let tmp = tempfile::Builder::new()
         .prefix("bench-webhook")
         .tempdir_in(std::env::temp_dir())?;
+    install_peer(&peer_dir)?;
     let body = labeled_payload(&peer_dir)?;
     let payload = tmp.path().join("payload.json");
     std::fs::write(&payload, &body)?;
