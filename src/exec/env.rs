@@ -78,6 +78,11 @@ where
     set("LANG", "C.UTF-8".to_string(), false);
     set("HOME", home.display().to_string(), true);
     set("TMPDIR", tmp.display().to_string(), true);
+    // Python trusts cached bytecode whose recorded source mtime (whole seconds) and size
+    // match: an edit that keeps a file's size, tested again within the same second — what
+    // an agent does all the time — would run the old code. No bytecode cache, no stale code
+    // (pytest's assertion-rewrite cache honours it too).
+    set("PYTHONDONTWRITEBYTECODE", "1".to_string(), false);
     for (k, v) in extra {
         set(k, v.clone(), true);
     }
@@ -108,6 +113,7 @@ mod tests {
         assert_eq!(get("HOME"), Some("/p/home"));
         assert_eq!(get("TMPDIR"), Some("/p/tmp"));
         assert_eq!(get("LANG"), Some("C.UTF-8"));
+        assert_eq!(get("PYTHONDONTWRITEBYTECODE"), Some("1"));
         assert_eq!(get("GITHUB_TOKEN"), None);
         assert_eq!(get("OPENAI_API_KEY"), None);
         assert_eq!(get("RANDOM_THING"), None);

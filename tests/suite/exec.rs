@@ -681,3 +681,18 @@ async fn the_spawner_keeps_none_of_the_agents_descriptors() {
     // The executor (and its spawner) still works.
     assert!(sh(&exec, "true").await.status.success());
 }
+
+/// An edit that keeps a Python file's size, run again within the same second (the mtime is
+/// pinned here to make that certain), runs the new code: no stale bytecode cache is trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_size_python_edit_in_the_same_second_runs_the_new_code() {
+    let (_tmp, root) = repo();
+    let exec = LocalExecutor::new(&root, opts(SandboxMode::Landlock, NetworkMode::Off)).unwrap();
+    std::fs::write(root.join("m.py"), "X = 1\n").unwrap();
+    let stamp = "touch -d @1700000000 m.py && python3 -c 'import m; print(m.X)'";
+    let first = sh(&exec, stamp).await;
+    assert_eq!(text(&first).trim(), "1", "{first:?}");
+    std::fs::write(root.join("m.py"), "X = 2\n").unwrap();
+    let second = sh(&exec, stamp).await;
+    assert_eq!(text(&second).trim(), "2", "stale bytecode ran: {second:?}");
+}
