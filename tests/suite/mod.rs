@@ -1,6 +1,7 @@
 //! One module per concern.
 
 mod audit;
+mod common;
 mod config;
 mod exec;
 mod github;

@@ -2,9 +2,9 @@
 //! repository, a bare remote, issues as files, a scripted model.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
+use super::common::{copy_dir, git};
 use git_agent::audit::redact::Redactor;
 use git_agent::config::Config;
 use git_agent::exec::ExecOptions;
@@ -17,37 +17,6 @@ use git_agent::run::publish::{PublishRequest, publish};
 use git_agent::task::{Mode, Origin, RepoRef, Task};
 use git_agent::workspace::Repo;
 use serde_json::json;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
 
 struct World {
     tmp: tempfile::TempDir,
