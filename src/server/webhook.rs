@@ -5,6 +5,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -140,18 +142,19 @@ pub(super) async fn receive(
             json!({"ignored": format!("{event} events are not handled")}),
         );
     }
-    let payload: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
+    let meta = match serde_json::from_slice::<Payload<'_>>(&bytes) {
+        Ok(p) => describe(&event, &p, &st.command_prefix),
         Err(e) => {
-            tracing::warn!(%delivery_id, error = %e, "signed delivery is not JSON");
+            let why = if e.is_data() {
+                "payload does not have the shape of a GitHub event"
+            } else {
+                "payload is not JSON"
+            };
+            tracing::warn!(%delivery_id, error = %e, why, "signed delivery refused");
             st.metrics.delivery(&event, "bad_request");
-            return reply(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "payload is not JSON"}),
-            );
+            return reply(StatusCode::BAD_REQUEST, json!({ "error": why }));
         }
     };
-    let meta = describe(&event, &payload, &st.command_prefix);
     let new = NewDelivery {
         delivery_id: delivery_id.clone(),
         event: event.clone(),
@@ -192,35 +195,94 @@ struct Meta {
     trigger: String,
 }
 
-fn repo_name(payload: &Value) -> Option<String> {
-    let r = payload.get("repository")?;
-    if let Some(full) = r.get("full_name").and_then(Value::as_str) {
+/// The parts of a delivery's payload the receiver reads: everything else is skipped while
+/// parsing (still checked to be JSON), so the hot path builds no tree of the whole body.
+/// Strings borrow from the body unless they hold escapes.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Payload<'a> {
+    #[serde(borrow, default)]
+    action: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    repository: Option<Repository<'a>>,
+    #[serde(default)]
+    issue: Option<Numbered>,
+    #[serde(default)]
+    pull_request: Option<Numbered>,
+    #[serde(borrow, default)]
+    workflow_run: Option<WorkflowRun<'a>>,
+    #[serde(borrow, default)]
+    comment: Option<Comment<'a>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Repository<'a> {
+    #[serde(borrow, default)]
+    full_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    owner: Option<Owner<'a>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Owner<'a> {
+    #[serde(borrow, default)]
+    login: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Numbered {
+    #[serde(default)]
+    number: Option<u64>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct WorkflowRun<'a> {
+    #[serde(default)]
+    pull_requests: Option<Vec<Numbered>>,
+    #[serde(borrow, default)]
+    head_branch: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Comment<'a> {
+    #[serde(borrow, default)]
+    body: Option<Cow<'a, str>>,
+}
+
+fn repo_name(payload: &Payload<'_>) -> Option<String> {
+    let r = payload.repository.as_ref()?;
+    if let Some(full) = &r.full_name {
         return Some(full.to_string());
     }
-    let owner = r.get("owner")?.get("login")?.as_str()?;
-    let name = r.get("name")?.as_str()?;
+    let owner = r.owner.as_ref()?.login.as_deref()?;
+    let name = r.name.as_deref()?;
     Some(format!("{owner}/{name}"))
 }
 
 /// The lane of a delivery: the issue or pull request it belongs to (`owner/name#N`), or for a
-/// CI run without a pull request its branch (`owner/name@branch`).
-pub fn lane_of(event: &str, payload: &Value) -> Option<String> {
+/// CI run without a pull request its branch (`owner/name@branch`). `None` when the payload
+/// names neither (or is not an event's JSON).
+pub fn lane_of(event: &str, payload: &[u8]) -> Option<String> {
+    lane(event, &serde_json::from_slice(payload).ok()?)
+}
+
+fn lane(event: &str, payload: &Payload<'_>) -> Option<String> {
     let repo = repo_name(payload)?;
     let number = match event {
-        "issues" | "issue_comment" => payload.get("issue")?.get("number")?.as_u64(),
-        "pull_request_review_comment" => payload.get("pull_request")?.get("number")?.as_u64(),
+        "issues" | "issue_comment" => payload.issue.as_ref()?.number,
+        "pull_request_review_comment" => payload.pull_request.as_ref()?.number,
         "workflow_run" => {
-            let run = payload.get("workflow_run")?;
+            let run = payload.workflow_run.as_ref()?;
             match run
-                .get("pull_requests")
-                .and_then(Value::as_array)
+                .pull_requests
+                .as_ref()
                 .and_then(|prs| prs.first())
-                .and_then(|pr| pr.get("number"))
-                .and_then(Value::as_u64)
+                .and_then(|pr| pr.number)
             {
                 Some(n) => Some(n),
                 None => {
-                    let branch = run.get("head_branch")?.as_str()?;
+                    let branch = run.head_branch.as_deref()?;
                     return Some(format!("{repo}@{branch}"));
                 }
             }
@@ -230,19 +292,16 @@ pub fn lane_of(event: &str, payload: &Value) -> Option<String> {
     Some(format!("{repo}#{number}"))
 }
 
-fn describe(event: &str, payload: &Value, prefix: &str) -> Meta {
-    let action = payload.get("action").and_then(Value::as_str).unwrap_or("");
+fn describe(event: &str, payload: &Payload<'_>, prefix: &str) -> Meta {
+    let action = payload.action.as_deref().unwrap_or("");
     let repo = repo_name(payload);
-    let mut lane = lane_of(event, payload);
+    let mut lane = lane(event, payload);
     let mut trigger = if action.is_empty() {
         event.to_string()
     } else {
         format!("{event}.{action}")
     };
-    if let Some(body) = payload
-        .get("comment")
-        .and_then(|c| c.get("body"))
-        .and_then(Value::as_str)
+    if let Some(body) = payload.comment.as_ref().and_then(|c| c.body.as_deref())
         && let Ok(cmd) = command::parse(prefix, body)
     {
         let verb = match cmd {
@@ -269,30 +328,51 @@ fn describe(event: &str, payload: &Value, prefix: &str) -> Meta {
 mod tests {
     use super::*;
 
+    fn bytes(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn meta(event: &str, v: Value) -> Meta {
+        let b = bytes(v);
+        describe(event, &serde_json::from_slice(&b).unwrap(), "/agent")
+    }
+
     #[test]
     fn lanes() {
         let issue = json!({"repository": {"full_name": "o/r"}, "issue": {"number": 4}});
-        assert_eq!(lane_of("issues", &issue).as_deref(), Some("o/r#4"));
-        assert_eq!(lane_of("issue_comment", &issue).as_deref(), Some("o/r#4"));
+        assert_eq!(
+            lane_of("issues", &bytes(issue.clone())).as_deref(),
+            Some("o/r#4")
+        );
+        assert_eq!(
+            lane_of("issue_comment", &bytes(issue)).as_deref(),
+            Some("o/r#4")
+        );
         let ci = json!({"repository": {"full_name": "o/r"},
             "workflow_run": {"pull_requests": [{"number": 9}], "head_branch": "agent/x"}});
-        assert_eq!(lane_of("workflow_run", &ci).as_deref(), Some("o/r#9"));
+        assert_eq!(
+            lane_of("workflow_run", &bytes(ci)).as_deref(),
+            Some("o/r#9")
+        );
         let ci = json!({"repository": {"full_name": "o/r"},
             "workflow_run": {"pull_requests": [], "head_branch": "agent/x"}});
-        assert_eq!(lane_of("workflow_run", &ci).as_deref(), Some("o/r@agent/x"));
-        assert_eq!(lane_of("issues", &json!({})), None);
+        assert_eq!(
+            lane_of("workflow_run", &bytes(ci)).as_deref(),
+            Some("o/r@agent/x")
+        );
+        assert_eq!(lane_of("issues", &bytes(json!({}))), None);
     }
 
     #[test]
     fn stop_commands_have_no_lane() {
         let p = json!({"action": "created", "repository": {"full_name": "o/r"},
             "issue": {"number": 4}, "comment": {"body": "/agent stop"}});
-        let m = describe("issue_comment", &p, "/agent");
+        let m = meta("issue_comment", p);
         assert_eq!(m.lane, None);
         assert_eq!(m.trigger, "issue_comment.created: /agent stop");
         let p = json!({"action": "created", "repository": {"full_name": "o/r"},
             "issue": {"number": 4}, "comment": {"body": "/agent fix it"}});
-        let m = describe("issue_comment", &p, "/agent");
+        let m = meta("issue_comment", p);
         assert_eq!(m.lane.as_deref(), Some("o/r#4"));
         assert_eq!(m.repo.as_deref(), Some("o/r"));
     }

@@ -64,7 +64,7 @@ impl JobRunner for TestRunner {
     async fn run(&self, job: &JobInput, cancel: CancellationToken) -> server::Result<JobOutcome> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) as u32 + 1;
         let payload: Value = serde_json::from_slice(&job.payload).unwrap();
-        let lane = server::lane_of(&job.event, &payload).unwrap_or_default();
+        let lane = server::lane_of(&job.event, &job.payload).unwrap_or_default();
         {
             let mut running = self.running.lock().unwrap();
             running.push(lane.clone());
@@ -422,16 +422,33 @@ async fn unknown_events_are_2xx_and_ignored() {
     )
     .await;
     assert_eq!(resp.status(), 400);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"],
+        "payload is not JSON"
+    );
+    // JSON, but not an event's shape (a repository that is not an object): 400 too.
+    let resp = deliver(
+        &client,
+        &bot.url,
+        "issues",
+        "u-3",
+        b"{\"action\":\"labeled\",\"repository\":\"o/r\"}".to_vec(),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"],
+        "payload does not have the shape of a GitHub event"
+    );
     assert_eq!(bot.store.delivery_count().await.unwrap(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_stop_cancels_the_running_job_of_its_issue() {
     let runner = TestRunner::new(|job, _| {
-        let v: Value = serde_json::from_slice(&job.payload).unwrap();
         if job.event == "issue_comment" {
             Ok(JobOutcome::Stop {
-                lane: server::lane_of(&job.event, &v).unwrap(),
+                lane: server::lane_of(&job.event, &job.payload).unwrap(),
             })
         } else {
             Ok(ran("finished"))
