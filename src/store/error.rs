@@ -41,6 +41,14 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A stored payload could not be decompressed.
+    #[error("job {job}: stored payload is corrupt: {message}")]
+    CorruptPayload {
+        /// The job.
+        job: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A row held a value this version does not know.
     #[error("job {job}: unknown state {state:?}")]
     UnknownState {

@@ -296,6 +296,44 @@ fn new_id() -> String {
     ulid::Ulid::generate().to_string()
 }
 
+/// The mark opening a compressed payload: a JSON body never starts with a NUL byte, so
+/// payloads stored raw (before compression, or by an older version) read back as they are.
+const PACKED: &[u8] = b"\0lz4";
+
+/// Largest payload a packed one may unpack to: more than any body the receiver accepts
+/// (25 MB), so a corrupt length cannot make a read allocate gigabytes.
+const MAX_UNPACKED: usize = 32 * 1024 * 1024;
+
+/// A payload as stored: LZ4-compressed behind [`PACKED`]. Webhook JSON shrinks 3–4×, and the
+/// bytes a delivery writes (WAL, then the table, each with its fsync) are what bounds how many
+/// a second the store acknowledges.
+pub(crate) fn pack_payload(raw: &[u8]) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(PACKED.len() + 4 + lz4_flex::block::get_maximum_output_size(raw.len()));
+    out.extend_from_slice(PACKED);
+    out.extend_from_slice(&lz4_flex::compress_prepend_size(raw));
+    out
+}
+
+/// The payload [`pack_payload`] stored (or a raw one as it is).
+pub(crate) fn unpack_payload(job: &str, stored: Vec<u8>) -> Result<Vec<u8>> {
+    let Some(packed) = stored.strip_prefix(PACKED) else {
+        return Ok(stored);
+    };
+    let corrupt = |message: String| Error::CorruptPayload {
+        job: job.to_string(),
+        message,
+    };
+    let size = packed
+        .first_chunk::<4>()
+        .map(|b| u32::from_le_bytes(*b) as usize)
+        .ok_or_else(|| corrupt("no length".into()))?;
+    if size > MAX_UNPACKED {
+        return Err(corrupt(format!("claims {size} bytes")));
+    }
+    lz4_flex::decompress_size_prepended(packed).map_err(|e| corrupt(e.to_string()))
+}
+
 fn state_of(job: &str, s: &str) -> Result<JobState> {
     JobState::parse(s).ok_or_else(|| Error::UnknownState {
         job: job.to_string(),
@@ -314,6 +352,27 @@ mod tests {
             "postgres://agent:***@db:5432/jobs"
         );
         assert_eq!(display_url("sqlite:///var/x.db"), "sqlite:///var/x.db");
+    }
+
+    #[test]
+    fn payloads_round_trip_packed_and_raw_ones_read_as_they_are() {
+        let body = br#"{"action":"labeled","issue":{"url":"https://api.github.com/repos/o/r/issues/1","comments_url":"https://api.github.com/repos/o/r/issues/1/comments"}}"#;
+        let packed = pack_payload(body);
+        assert!(packed.starts_with(PACKED));
+        assert_eq!(unpack_payload("j", packed).unwrap(), body);
+        assert_eq!(unpack_payload("j", body.to_vec()).unwrap(), body);
+        assert_eq!(unpack_payload("j", Vec::new()).unwrap(), b"");
+        // A corrupt length or body is an error, not a huge allocation or a panic.
+        let mut huge = PACKED.to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            unpack_payload("j", huge),
+            Err(Error::CorruptPayload { .. })
+        ));
+        let mut cut = pack_payload(body);
+        cut.truncate(cut.len() - 5);
+        assert!(unpack_payload("j", cut).is_err());
+        assert!(unpack_payload("j", PACKED.to_vec()).is_err());
     }
 
     #[test]

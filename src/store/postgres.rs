@@ -13,7 +13,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use super::sqlite::{counts_of, job_cols, job_of};
 use super::{
     Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
-    Store, display_url, ms, new_id, now_ms, state_of,
+    Store, display_url, ms, new_id, now_ms, pack_payload, state_of,
 };
 
 /// Serializes schema creation between processes starting at once.
@@ -123,7 +123,7 @@ impl Store for PostgresStore {
         .bind(&job_id)
         .bind(&d.delivery_id)
         .bind(&d.event)
-        .bind(&d.payload)
+        .bind(pack_payload(&d.payload))
         .bind(&d.repo)
         .bind(&d.lane)
         .bind(&d.trigger)

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{
     Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
-    Store, ms, new_id, now_ms, state_of,
+    Store, ms, new_id, now_ms, pack_payload, state_of,
 };
 
 /// The columns of a [`Job`], in the order [`job_of`] reads them by name.
@@ -55,7 +55,10 @@ macro_rules! job_of {
                 .try_get("delivery_id")
                 .map_err(Error::db("read a job"))?,
             event: row.try_get("event").map_err(Error::db("read a job"))?,
-            payload: row.try_get("payload").map_err(Error::db("read a job"))?,
+            payload: $crate::store::unpack_payload(
+                &id,
+                row.try_get("payload").map_err(Error::db("read a job"))?,
+            )?,
             repo: row.try_get("repo").map_err(Error::db("read a job"))?,
             lane: row.try_get("lane").map_err(Error::db("read a job"))?,
             trigger: row
@@ -546,8 +549,17 @@ impl Store for SqliteStore {
             message: "the store's writer has stopped".into(),
         };
         let (reply, outcome) = oneshot::channel();
+        // Compressed here, on the caller's task, so the single writer only writes.
+        let packed = NewDelivery {
+            delivery_id: d.delivery_id.clone(),
+            event: d.event.clone(),
+            payload: pack_payload(&d.payload),
+            repo: d.repo.clone(),
+            lane: d.lane.clone(),
+            trigger: d.trigger.clone(),
+        };
         self.deliveries
-            .send((d.clone(), reply))
+            .send((packed, reply))
             .await
             .map_err(|_| stopped())?;
         outcome.await.map_err(|_| stopped())?
@@ -788,7 +800,10 @@ mod tests {
         let before = std::fs::metadata(&path).unwrap().len();
         for i in 0..40 {
             let mut d = delivery(&format!("d{i}"));
-            d.payload = vec![b'x'; 12 * 1024];
+            // Incompressible, so the stored size is the payload's size.
+            d.payload = std::iter::repeat_with(|| fastrand::u8(..))
+                .take(12 * 1024)
+                .collect();
             store.enqueue(&d).await.unwrap();
         }
         let mut grown = 0;
@@ -842,6 +857,33 @@ mod tests {
             .unwrap();
         let again = store.enqueue(&delivery("bad")).await.unwrap();
         assert!(matches!(again, Enqueued::New { .. }), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn payloads_are_stored_compressed_and_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("serve.db"))
+            .await
+            .unwrap();
+        let mut d = delivery("c");
+        d.payload = (0..300)
+            .map(|i| format!(r#"{{"url":"https://api.github.com/repos/o/r/issues/{i}"}},"#))
+            .collect::<String>()
+            .into_bytes();
+        let job = store.enqueue(&d).await.unwrap();
+        let (stored,): (Vec<u8>,) = sqlx::query_as("SELECT payload FROM jobs WHERE id = ?")
+            .bind(job.job_id())
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert!(
+            stored.len() * 3 < d.payload.len(),
+            "{} stored for {}",
+            stored.len(),
+            d.payload.len()
+        );
+        let read = store.job(job.job_id()).await.unwrap().unwrap();
+        assert_eq!(read.payload, d.payload);
     }
 
     /// The batch path gives each delivery the outcome storing them one by one would.
