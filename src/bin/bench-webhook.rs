@@ -1,7 +1,7 @@
 //! bench-webhook: signed deliveries per second and acknowledgement latency of the webhook
 //! receiver with its durable enqueue, against a peer receiver in the same run.
 //!
-//! usage: bench-webhook [--secs N] [--conc 1,16,64] [--rate 500] [--rate-secs N] [--rounds N]
+//! usage: bench-webhook [--secs N] [--conc 1,16,64,256] [--rate 500] [--rate-secs N] [--rounds N]
 //!        [--peer-dir DIR] [--only ours|peer]
 //!        bench-webhook load --url URL --payload FILE --sig SIG --prefix ID
 //!        (--conc C | --rate R) --secs N [--warmup N]
@@ -17,7 +17,9 @@
 //! verifies the same signature over the same raw body, parses it, dispatches it to a handler
 //! and answers 200; it stores nothing.
 //!
-//! The load runs in a second process (this binary's `load` mode) on loopback, with a fixed
+//! The load runs in a second process (this binary's `load` mode) on loopback — a minimal
+//! keep-alive HTTP/1.1 client, one `write` a request, so the load takes as little CPU as it can
+//! from the two receivers (the way `wrk` would) — with a fixed
 //! body — a real `issues.labeled` payload, GitHub's own example from
 //! `@octokit/webhooks-examples` — signed once, and a fresh `X-GitHub-Delivery` per request, so
 //! every delivery to ours is a new job. Closed loop: C connections each sending the next
@@ -112,26 +114,19 @@ fn load_main(args: &[String]) -> Result<()> {
             .with_context(|| format!("read {payload_path}"))?
             .into_boxed_slice(),
     );
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     let out = rt.block_on(async move {
-        let client = reqwest::Client::builder()
-            .http1_only()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(4096)
-            .timeout(Duration::from_secs(30))
-            .build()
-            .context("build the HTTP client")?;
+        let target = Endpoint::parse(&url)?;
         let load = Load {
-            client,
-            url,
+            target: Arc::new(target),
             sig,
             prefix,
             body,
             next: Arc::new(AtomicU64::new(0)),
+            idle: Arc::new(std::sync::Mutex::new(Vec::new())),
             first_error: Arc::new(std::sync::Mutex::new(None)),
         };
         let t0 = Instant::now();
@@ -149,43 +144,166 @@ fn load_main(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Where the load goes: `http://HOST:PORT/PATH` (plain HTTP on loopback only).
+struct Endpoint {
+    addr: SocketAddr,
+    host: String,
+    path: String,
+}
+
+impl Endpoint {
+    fn parse(url: &str) -> Result<Endpoint> {
+        let rest = url
+            .strip_prefix("http://")
+            .with_context(|| format!("{url}: the load speaks plain http only"))?;
+        let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let addr: SocketAddr = host
+            .parse()
+            .with_context(|| format!("{url}: give an IP:PORT address"))?;
+        Ok(Endpoint {
+            addr,
+            host: host.to_string(),
+            path: if path.is_empty() {
+                "/".into()
+            } else {
+                path.into()
+            },
+        })
+    }
+}
+
+/// The load's HTTP/1.1 client: one keep-alive connection, the request written with one
+/// `write` (head and body in one buffer), the response read just far enough to know its status
+/// and where it ends (`Content-Length` or chunked). Far lighter than a general client, so the
+/// load process takes as little as it can of the cores the receivers run on (what `wrk` does).
+struct Conn {
+    stream: tokio::net::TcpStream,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(target: &Endpoint) -> std::io::Result<Conn> {
+        let stream = tokio::net::TcpStream::connect(target.addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            out: Vec::with_capacity(16 * 1024),
+            inbuf: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Send `head` + `body`; the response's status, and whether the connection stays open.
+    async fn round_trip(&mut self, head: &[u8], body: &[u8]) -> std::io::Result<(u16, bool)> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        self.out.clear();
+        self.out.extend_from_slice(head);
+        self.out.extend_from_slice(body);
+        self.stream.write_all(&self.out).await?;
+        self.inbuf.clear();
+        loop {
+            if let Some(done) = parse_response(&self.inbuf)? {
+                return Ok(done);
+            }
+            if self.inbuf.capacity() - self.inbuf.len() < 1024 {
+                self.inbuf.reserve(4096);
+            }
+            if self.stream.read_buf(&mut self.inbuf).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+}
+
+/// A whole response in `buf`: `Some((status, keep_alive))`; `None` while more is needed.
+fn parse_response(buf: &[u8]) -> std::io::Result<Option<(u16, bool)>> {
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("response head is not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| bad("no status line"))?;
+    let (mut length, mut chunked, mut keep) = (None, false, true);
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            length = Some(
+                value
+                    .parse::<usize>()
+                    .map_err(|_| bad("bad content-length"))?,
+            );
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.eq_ignore_ascii_case("chunked");
+        } else if name.eq_ignore_ascii_case("connection") {
+            keep = !value.eq_ignore_ascii_case("close");
+        }
+    }
+    let body = &buf[end + 4..];
+    if chunked {
+        let mut at = 0;
+        loop {
+            let Some(eol) = body[at..].windows(2).position(|w| w == b"\r\n") else {
+                return Ok(None);
+            };
+            let line = std::str::from_utf8(&body[at..at + eol]).map_err(|_| bad("chunk size"))?;
+            let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|_| bad("chunk size"))?;
+            let next = at + eol + 2 + size + 2;
+            if body.len() < next {
+                return Ok(None);
+            }
+            if size == 0 {
+                return Ok(Some((status, keep)));
+            }
+            at = next;
+        }
+    }
+    match length {
+        Some(n) if body.len() < n => Ok(None),
+        Some(_) => Ok(Some((status, keep))),
+        None => Err(bad("response with neither content-length nor chunked")),
+    }
+}
+
 #[derive(Clone)]
 struct Load {
-    client: reqwest::Client,
-    url: String,
+    target: Arc<Endpoint>,
     sig: String,
     prefix: String,
     body: &'static [u8],
     next: Arc<AtomicU64>,
+    /// Open connections not in use (the open loop's pool).
+    idle: Arc<std::sync::Mutex<Vec<Conn>>>,
     first_error: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Load {
-    /// Send one delivery with a fresh id; true on a 2xx.
-    async fn send(&self) -> bool {
+    /// Send one delivery with a fresh id over `conn` (opened when `None`, dropped on an error
+    /// or `Connection: close`); true on a 2xx.
+    async fn send(&self, conn: &mut Option<Conn>) -> bool {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let res = self
-            .client
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("user-agent", "GitHub-Hookshot/bench")
-            .header("x-github-event", "issues")
-            .header("x-github-delivery", format!("{}-{n:010}", self.prefix))
-            .header("x-github-hook-id", "1")
-            .header("x-hub-signature-256", &self.sig)
-            .body(self.body)
-            .send()
-            .await;
-        let why = match res {
-            Ok(r) => {
-                let status = r.status();
-                let text = r.bytes().await;
-                match text {
-                    Ok(_) if status.is_success() => return true,
-                    Ok(b) => format!("{status}: {}", String::from_utf8_lossy(&b)),
-                    Err(e) => format!("{status}: body: {e}"),
-                }
-            }
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             User-Agent: GitHub-Hookshot/bench\r\nX-GitHub-Event: issues\r\n\
+             X-GitHub-Delivery: {prefix}-{n:010}\r\nX-GitHub-Hook-ID: 1\r\n\
+             X-Hub-Signature-256: {sig}\r\nContent-Length: {len}\r\n\r\n",
+            path = self.target.path,
+            host = self.target.host,
+            prefix = self.prefix,
+            sig = self.sig,
+            len = self.body.len(),
+        );
+        let why = match self.exchange(conn, head.as_bytes()).await {
+            Ok(status) if (200..300).contains(&status) => return true,
+            Ok(status) => format!("status {status}"),
             Err(e) => format!("request: {e}"),
         };
         if let Ok(mut first) = self.first_error.lock()
@@ -195,6 +313,25 @@ impl Load {
         }
         false
     }
+
+    async fn exchange(&self, conn: &mut Option<Conn>, head: &[u8]) -> std::io::Result<u16> {
+        let c = match conn {
+            Some(c) => c,
+            None => conn.insert(Conn::open(&self.target).await?),
+        };
+        match c.round_trip(head, self.body).await {
+            Ok((status, keep)) => {
+                if !keep {
+                    *conn = None;
+                }
+                Ok(status)
+            }
+            Err(e) => {
+                *conn = None;
+                Err(e)
+            }
+        }
+    }
 }
 
 async fn closed_loop(load: &Load, conc: usize, until: Instant) -> Vec<Sample> {
@@ -203,9 +340,10 @@ async fn closed_loop(load: &Load, conc: usize, until: Instant) -> Vec<Sample> {
         let load = load.clone();
         tasks.spawn(async move {
             let mut out = Vec::new();
+            let mut conn = None;
             while Instant::now() < until {
                 let start = Instant::now();
-                let ok = load.send().await;
+                let ok = load.send(&mut conn).await;
                 out.push(Sample {
                     start,
                     done: Instant::now(),
@@ -236,7 +374,11 @@ async fn open_loop(load: &Load, rate: f64, t0: Instant, until: Instant) -> Vec<S
         tokio::time::sleep_until(intended.into()).await;
         let load = load.clone();
         tasks.spawn(async move {
-            let ok = load.send().await;
+            let mut conn = load.idle.lock().ok().and_then(|mut idle| idle.pop());
+            let ok = load.send(&mut conn).await;
+            if let (Some(c), Ok(mut idle)) = (conn, load.idle.lock()) {
+                idle.push(c);
+            }
             Sample {
                 start: intended,
                 done: Instant::now(),
@@ -442,7 +584,7 @@ fn bench_main(args: &[String]) -> Result<()> {
     let rate_secs: f64 = num(args, "--rate-secs", 10.0)?;
     let rounds: u32 = num(args, "--rounds", 1)?;
     let concs: Vec<usize> = flag(args, "--conc")
-        .unwrap_or("1,16,64")
+        .unwrap_or("1,16,64,256")
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()

@@ -2,14 +2,25 @@
 //!
 //! Every write runs in a `BEGIN IMMEDIATE` transaction, so writers queue on SQLite's write
 //! lock (with a busy timeout) instead of failing when a deferred transaction tries to
-//! upgrade. `synchronous=FULL`: a delivery acknowledged is on disk, not only in the WAL's
-//! page cache.
+//! upgrade. `synchronous=FULL`: what a commit wrote is on disk, not only in the WAL's page
+//! cache, when the commit returns.
 //!
-//! Deliveries are group-committed: one writer task takes every delivery waiting when it is
-//! free and stores them in one transaction (each in its own savepoint, so one that fails
-//! leaves the others), and each caller is answered only once that transaction is committed.
-//! Durable-before-2xx holds; the fsync is paid once a group instead of once a delivery, and
-//! concurrent deliveries queue in a channel instead of sleeping in SQLite's busy handler.
+//! Deliveries are group-committed: one writer (a thread of its own, with a connection of its
+//! own) takes every delivery waiting when it is free and stores them in one transaction, with
+//! one multi-row statement per table (a group that fails as a whole is stored again one by one,
+//! each in a savepoint, so one bad delivery is refused alone). Concurrent deliveries queue in
+//! a channel instead of sleeping in SQLite's busy handler.
+//!
+//! Durable before the 2xx, with the fsync out of the writer's way: the writer's connection
+//! commits at `synchronous=NORMAL` (the commit writes the WAL but does not fsync it) and hands
+//! the committed group to the syncer thread, which `fdatasync`s the WAL file and only then
+//! answers the group's callers. The writer commits the next group during that fsync, and one
+//! fsync covers every group committed before it began. This is sound because a commit's
+//! frames are in the WAL file's page cache when the commit returns, the WAL file stays the
+//! same file while the writer's connection is open (SQLite resets it in place; it removes it
+//! only when the last connection closes, after checkpointing it), and a checkpoint that moves
+//! frames into the database first syncs the WAL and then the database. A failed fsync answers
+//! the group with an error (the delivery may be stored; a redelivery finds it).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -167,7 +178,7 @@ impl SqliteStore {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
-            .connect_with(opts)
+            .connect_with(opts.clone())
             .await
             .map_err(Error::db(what))?;
         let mut tx = pool
@@ -184,8 +195,43 @@ impl SqliteStore {
             .await
             .map_err(|source| schema_err(path, source))?;
         let (deliveries, rx) = mpsc::channel(4 * MAX_GROUP);
-        tokio::spawn(checkpoints(pool.clone(), deliveries.downgrade()));
-        tokio::spawn(commit_groups(pool.clone(), rx));
+        // The delivery writer has a connection of its own, committing at `synchronous=NORMAL`
+        // (no fsync in the commit); the syncer fsyncs the WAL after each commit and only then
+        // answers that group's callers. See the module rules.
+        let writer_conn =
+            SqliteConnection::connect_with(&opts.synchronous(SqliteSynchronous::Normal))
+                .await
+                .map_err(Error::db(format!(
+                    "open the delivery writer of {}",
+                    path.display()
+                )))?;
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        // The writer and the checkpointer run on a thread of their own: as tasks of the
+        // server's runtime, each of the writer's statements (a hand-off to sqlx's connection
+        // thread and back) waited behind every ready request task.
+        let writer = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io)?;
+        let (synced_tx, synced_rx) = std::sync::mpsc::channel();
+        let wal = wal_path(path);
+        std::thread::Builder::new()
+            .name("sqlite-syncer".into())
+            .spawn(move || sync_groups(&wal, &synced_rx))
+            .map_err(io)?;
+        let (pool2, alive) = (pool.clone(), deliveries.downgrade());
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || {
+                writer.block_on(async move {
+                    tokio::spawn(checkpoints(pool2, alive));
+                    commit_groups(writer_conn, rx, synced_tx).await;
+                });
+            })
+            .map_err(io)?;
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
@@ -231,17 +277,80 @@ async fn checkpoints(pool: SqlitePool, alive: mpsc::WeakSender<Pending>) {
     }
 }
 
+/// A committed group on its way to the syncer: each caller and its outcome.
+type Committed = Vec<(String, oneshot::Sender<Result<Enqueued>>, Result<Enqueued>)>;
+
 /// The group committer: whatever deliveries are waiting (up to [`MAX_GROUP`]) go into one
-/// transaction; each is answered once it is committed.
-async fn commit_groups(pool: SqlitePool, mut rx: mpsc::Receiver<Pending>) {
+/// transaction on the writer's connection; the committed group goes to the syncer
+/// ([`sync_groups`]), which answers it once the WAL is on disk, while this takes the next.
+async fn commit_groups(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::Receiver<Pending>,
+    synced: std::sync::mpsc::Sender<Committed>,
+) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let outcomes = commit_group(&pool, &group).await;
-        for ((_, reply), outcome) in group.drain(..).zip(outcomes) {
+        let outcomes = commit_group(&mut conn, &group).await;
+        let committed: Committed = group
+            .drain(..)
+            .zip(outcomes)
+            .map(|((d, reply), outcome)| (d.delivery_id, reply, outcome))
+            .collect();
+        if synced.send(committed).is_err() {
+            // The syncer is gone (it cannot be, short of a panic): its callers see the store
+            // as stopped.
+            tracing::error!("the WAL syncer of the delivery writer stopped");
+            return;
+        }
+    }
+}
+
+/// The WAL file of the database at `db`.
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// The syncer: takes every committed group waiting, fsyncs the WAL once (`fdatasync`; every
+/// frame those commits wrote is in it), then answers their callers — with an error if the
+/// sync failed, since nothing says the commit is on disk.
+fn sync_groups(wal: &Path, rx: &std::sync::mpsc::Receiver<Committed>) {
+    let mut file = None;
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        let synced = sync_wal(wal, &mut file);
+        for (delivery, reply, outcome) in batch.into_iter().flatten() {
+            let outcome = match (&synced, outcome) {
+                (Ok(()), outcome) => outcome,
+                (Err(e), Ok(_)) => Err(Error::Enqueue {
+                    delivery,
+                    message: format!("cannot sync {}: {e}", wal.display()),
+                }),
+                (Err(_), Err(e)) => Err(e),
+            };
             // A caller that went away (its request was dropped) needs no answer.
             let _ = reply.send(outcome);
         }
     }
+}
+
+/// `fdatasync` the WAL at `path` through `file`, (re)opening it when it is not open or the path
+/// now names another file. No WAL file: nothing is waiting in one (SQLite removes it only
+/// after checkpointing it into the synced database, when its last connection closes).
+fn sync_wal(path: &Path, file: &mut Option<(std::fs::File, u64)>) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = match std::fs::metadata(path) {
+        Ok(m) => m.ino(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let f = match file {
+        Some((f, open_ino)) if *open_ino == ino => f,
+        _ => &file.insert((std::fs::File::open(path)?, ino)).0,
+    };
+    f.sync_data()
 }
 
 /// Store `group` in one transaction; one outcome per delivery, in order.
@@ -252,8 +361,8 @@ async fn commit_groups(pool: SqlitePool, mut rx: mpsc::Receiver<Pending>) {
 /// trigger refusing one row fails the statement for all), the transaction is rolled back and
 /// the group is stored again one delivery at a time, each in a savepoint ([`commit_one_by_one`]),
 /// so one bad delivery is refused alone.
-async fn commit_group(pool: &SqlitePool, group: &[Pending]) -> Vec<Result<Enqueued>> {
-    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+async fn commit_group(conn: &mut SqliteConnection, group: &[Pending]) -> Vec<Result<Enqueued>> {
+    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
         Err(e) => return failed(group, format!("begin: {e}")),
     };
@@ -267,7 +376,7 @@ async fn commit_group(pool: &SqlitePool, group: &[Pending]) -> Vec<Result<Enqueu
             if let Err(e) = tx.rollback().await {
                 return failed(group, format!("roll back a group: {e}"));
             }
-            commit_one_by_one(pool, group).await
+            commit_one_by_one(conn, group).await
         }
     }
 }
@@ -294,24 +403,26 @@ async fn commit_batch(
     now: i64,
 ) -> Result<Vec<Enqueued>> {
     // Every delivery counts as one (re)delivery, duplicates included.
-    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO deliveries (delivery_id, event, first_at, last_at, times) ",
-    );
-    q.push_values(group, |mut row, (d, _)| {
-        row.push_bind(&d.delivery_id)
-            .push_bind(&d.event)
-            .push_bind(now)
-            .push_bind(now)
-            .push_bind(1_i64);
-    });
-    q.push(
-        " ON CONFLICT (delivery_id) DO UPDATE SET last_at = excluded.last_at,
-             times = deliveries.times + 1",
-    );
-    q.build()
-        .execute(&mut *conn)
-        .await
-        .map_err(Error::db("store a group of deliveries"))?;
+    for part in chunks(group) {
+        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO deliveries (delivery_id, event, first_at, last_at, times) ",
+        );
+        q.push_values(part, |mut row, (d, _)| {
+            row.push_bind(&d.delivery_id)
+                .push_bind(&d.event)
+                .push_bind(now)
+                .push_bind(now)
+                .push_bind(1_i64);
+        });
+        q.push(
+            " ON CONFLICT (delivery_id) DO UPDATE SET last_at = excluded.last_at,
+                 times = deliveries.times + 1",
+        );
+        q.build()
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::db("store a group of deliveries"))?;
+    }
 
     // The first occurrence of each id decides; later ones are its duplicates.
     let mut first: HashMap<&str, usize> = HashMap::with_capacity(group.len());
@@ -319,13 +430,14 @@ async fn commit_batch(
         first.entry(d.delivery_id.as_str()).or_insert(i);
     }
     let mut existing: HashMap<String, (String, JobState)> = HashMap::new();
-    {
+    let ids: Vec<&str> = first.keys().copied().collect();
+    for part in chunks(&ids) {
         let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "SELECT id, delivery_id, state FROM jobs WHERE delivery_id IN (",
         );
-        let mut ids = q.separated(", ");
-        for id in first.keys() {
-            ids.push_bind(*id);
+        let mut list = q.separated(", ");
+        for id in part {
+            list.push_bind(*id);
         }
         q.push(")");
         for row in q
@@ -364,12 +476,12 @@ async fn commit_batch(
             Some((job_id, state)) => Enqueued::Duplicate { job_id, state },
         });
     }
-    if !fresh.is_empty() {
+    for part in chunks(&fresh) {
         let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc, state,
                  created_at, updated_at) ",
         );
-        q.push_values(&fresh, |mut row, (i, job_id)| {
+        q.push_values(part, |mut row, (i, job_id)| {
             let d = &group[*i].0;
             row.push_bind(job_id)
                 .push_bind(&d.delivery_id)
@@ -387,14 +499,14 @@ async fn commit_batch(
             .await
             .map_err(Error::db("queue a group of deliveries"))?;
     }
-    if !requeue.is_empty() {
+    for part in chunks(&requeue) {
         let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "UPDATE jobs SET state = 'queued', cancel_requested = 0, lease_owner = NULL,
                  lease_until = NULL, updated_at = ",
         );
         q.push_bind(now).push(" WHERE id IN (");
         let mut ids = q.separated(", ");
-        for id in &requeue {
+        for id in part {
             ids.push_bind(id);
         }
         q.push(")");
@@ -435,10 +547,32 @@ async fn commit_batch(
     Ok(out)
 }
 
+/// Most rows in one statement of a batch.
+const MAX_ROWS: usize = 64;
+
+/// `items` in parts of a power of two rows (at most [`MAX_ROWS`]), largest first: a statement's
+/// text depends on its row count, and with a handful of sizes every batch statement stays in
+/// the connection's prepared-statement cache instead of being compiled per group.
+fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let n = MAX_ROWS.min(1 << rest.len().ilog2());
+        let (part, tail) = rest.split_at(n);
+        rest = tail;
+        Some(part)
+    })
+}
+
 /// Store `group` one delivery at a time, each in a savepoint of one transaction, so a
 /// delivery that fails leaves the others stored.
-async fn commit_one_by_one(pool: &SqlitePool, group: &[Pending]) -> Vec<Result<Enqueued>> {
-    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+async fn commit_one_by_one(
+    conn: &mut SqliteConnection,
+    group: &[Pending],
+) -> Vec<Result<Enqueued>> {
+    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
         Err(e) => return failed(group, format!("begin: {e}")),
     };
@@ -838,7 +972,9 @@ mod tests {
             .into_iter()
             .map(|id| (delivery(id), oneshot::channel().0))
             .collect();
-        let out = commit_group(&store.pool, &group).await;
+        let mut conn = store.pool.acquire().await.unwrap();
+        let out = commit_group(&mut conn, &group).await;
+        drop(conn);
         assert!(matches!(out[0], Ok(Enqueued::New { .. })), "{:?}", out[0]);
         assert!(out[1].is_err(), "{:?}", out[1]);
         assert!(matches!(out[2], Ok(Enqueued::New { .. })), "{:?}", out[2]);
@@ -857,6 +993,45 @@ mod tests {
             .unwrap();
         let again = store.enqueue(&delivery("bad")).await.unwrap();
         assert!(matches!(again, Enqueued::New { .. }), "{again:?}");
+    }
+
+    /// The syncer follows the WAL to a new file at its path, and a missing WAL is nothing to
+    /// sync.
+    #[test]
+    fn the_wal_sync_reopens_a_replaced_file() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let wal = wal_path(&dir.path().join("serve.db"));
+        assert!(wal.ends_with("serve.db-wal"));
+        let mut file = None;
+        sync_wal(&wal, &mut file).unwrap();
+        assert!(file.is_none());
+        std::fs::write(&wal, b"one").unwrap();
+        sync_wal(&wal, &mut file).unwrap();
+        let first = file.as_ref().unwrap().1;
+        assert_eq!(first, std::fs::metadata(&wal).unwrap().ino());
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"two").unwrap();
+        std::fs::rename(&other, &wal).unwrap();
+        sync_wal(&wal, &mut file).unwrap();
+        let second = file.as_ref().unwrap().1;
+        assert_ne!(first, second);
+        assert_eq!(second, std::fs::metadata(&wal).unwrap().ino());
+    }
+
+    #[test]
+    fn batch_parts_are_powers_of_two_at_most_max_rows() {
+        let sizes = |n: usize| -> Vec<usize> {
+            let v: Vec<usize> = (0..n).collect();
+            let parts: Vec<usize> = chunks(&v).map(<[usize]>::len).collect();
+            assert_eq!(parts.iter().sum::<usize>(), n);
+            parts
+        };
+        assert_eq!(sizes(0), Vec::<usize>::new());
+        assert_eq!(sizes(1), [1]);
+        assert_eq!(sizes(7), [4, 2, 1]);
+        assert_eq!(sizes(64), [64]);
+        assert_eq!(sizes(200), [64, 64, 64, 8]);
     }
 
     #[tokio::test]
