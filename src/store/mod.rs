@@ -308,10 +308,23 @@ const MAX_UNPACKED: usize = 32 * 1024 * 1024;
 /// bytes a delivery writes (WAL, then the table, each with its fsync) are what bounds how many
 /// a second the store acknowledges.
 pub(crate) fn pack_payload(raw: &[u8]) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(PACKED.len() + 4 + lz4_flex::block::get_maximum_output_size(raw.len()));
-    out.extend_from_slice(PACKED);
-    out.extend_from_slice(&lz4_flex::compress_prepend_size(raw));
+    // One allocation: the mark, the length (as `decompress_size_prepended` reads it), then the
+    // block compressed in place.
+    let Ok(len) = u32::try_from(raw.len()) else {
+        return raw.to_vec();
+    };
+    let head = PACKED.len() + 4;
+    let mut out = vec![0; head + lz4_flex::block::get_maximum_output_size(raw.len())];
+    out[..PACKED.len()].copy_from_slice(PACKED);
+    out[PACKED.len()..head].copy_from_slice(&len.to_le_bytes());
+    match lz4_flex::block::compress_into(raw, &mut out[head..]) {
+        Ok(n) => out.truncate(head + n),
+        // Cannot happen (the buffer has the maximum size); the simple way is still right.
+        Err(_) => {
+            out.truncate(head - 4);
+            out.extend_from_slice(&lz4_flex::compress_prepend_size(raw));
+        }
+    }
     out
 }
 

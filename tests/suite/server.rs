@@ -588,6 +588,18 @@ async fn healthz_metrics_and_status_page() {
     .await;
     wait_state(&bot.store, &job, JobState::Succeeded).await;
     deliver(&client, &bot.url, "star", "m-2", b"{}".to_vec()).await;
+    // Unsigned requests are counted without the event name they claim.
+    for i in 0..3 {
+        let resp = client
+            .post(format!("{}/webhook", bot.url))
+            .header("x-github-event", format!("made-up-{i}"))
+            .header("x-github-delivery", format!("m-u{i}"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401);
+    }
 
     let metrics = client
         .get(format!("{}/metrics", bot.url))
@@ -602,6 +614,13 @@ async fn healthz_metrics_and_status_page() {
         "{metrics}"
     );
     assert!(metrics.contains("git_agent_deliveries_total{event=\"star\",outcome=\"ignored\"} 1"));
+    assert!(
+        metrics.contains(
+            "git_agent_deliveries_total{event=\"(unverified)\",outcome=\"unauthorized\"} 3"
+        ),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("made-up"), "{metrics}");
     assert!(metrics.contains("git_agent_runs_total{state=\"succeeded\"} 1"));
     assert!(metrics.contains("git_agent_jobs{state=\"succeeded\"} 1"));
     assert!(metrics.contains("git_agent_queue_depth 0"));
