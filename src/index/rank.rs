@@ -76,6 +76,15 @@ pub struct RankOptions {
     pub def_lexical: f64,
     /// BM25 length normalization for definition spans.
     pub def_b: f64,
+    /// Blank environment and package-version dumps (`show_versions()`, `pip freeze`) out of
+    /// the query before reading it.
+    pub strip_env_dumps: bool,
+    /// Cut the query string and fragment of URLs in the query.
+    pub strip_url_params: bool,
+    /// Multiplier for code in a language with under a quarter as many files as the project's
+    /// main language (a Python project's bundled JavaScript), unless the query names that
+    /// language.
+    pub minority_lang_factor: f64,
 }
 
 impl Default for RankOptions {
@@ -102,6 +111,9 @@ impl Default for RankOptions {
             max_df: 0.2,
             def_lexical: 2.0,
             def_b: 0.3,
+            strip_env_dumps: true,
+            strip_url_params: true,
+            minority_lang_factor: 0.3,
         }
     }
 }
@@ -187,12 +199,34 @@ fn stem_terms(path: &str) -> Vec<String> {
     v
 }
 
+/// Per file, its language if that language has under a quarter as many files as the
+/// project's main language.
+fn minority_langs(files: &[IndexedFile]) -> Vec<Option<super::summary::Lang>> {
+    let mut counts: HashMap<super::summary::Lang, usize> = HashMap::new();
+    for f in files {
+        if let Some(l) = f.summary.lang {
+            *counts.entry(l).or_default() += 1;
+        }
+    }
+    let top = counts.values().copied().max().unwrap_or(0);
+    files
+        .iter()
+        .map(|f| {
+            f.summary
+                .lang
+                .filter(|l| counts.get(l).is_some_and(|&c| c * 4 < top))
+        })
+        .collect()
+}
+
 /// Derived structures for ranking one index.
 pub struct Ranker {
     paths: Vec<String>,
     is_test: Vec<bool>,
     is_code: Vec<bool>,
     is_doc: Vec<bool>,
+    /// The language of each file when it is a minority language of the project.
+    minority: Vec<Option<super::summary::Lang>>,
     term_ids: HashMap<String, u32>,
     postings: Vec<Vec<(u32, f32)>>,
     doc_len: Vec<f32>,
@@ -241,6 +275,7 @@ impl Ranker {
             is_test: files.iter().map(|f| is_test_path(&f.path)).collect(),
             is_code: files.iter().map(|f| f.summary.lang.is_some()).collect(),
             is_doc: files.iter().map(|f| is_doc_path(&f.path)).collect(),
+            minority: minority_langs(files),
             term_ids: HashMap::new(),
             postings: Vec::new(),
             doc_len: vec![0.0; n],
@@ -568,6 +603,7 @@ impl Ranker {
             vec![0.0; n]
         };
         let about_tests = q.about_tests || test_mentioned;
+        let lang_named = |l: super::summary::Lang| q.words.contains(l.name());
         let mut out: Vec<RankedFile> = (0..n)
             .filter_map(|i| {
                 let mut s = opts.lexical * lex_norm[i]
@@ -586,6 +622,12 @@ impl Ranker {
                 }
                 if self.is_doc[i] && !named[i] {
                     s *= opts.doc_factor;
+                }
+                if let Some(l) = self.minority[i]
+                    && !named[i]
+                    && !lang_named(l)
+                {
+                    s *= opts.minority_lang_factor;
                 }
                 Some(RankedFile {
                     path: self.paths[i].clone(),
@@ -797,6 +839,8 @@ pub(crate) struct Query {
     pub idents: HashMap<String, f64>,
     /// Whether the query asks about tests themselves.
     pub about_tests: bool,
+    /// Lowercase words of the query (language names are looked up here).
+    pub words: std::collections::HashSet<String>,
 }
 
 const SOURCE_EXTS: &[&str] = &[
@@ -814,6 +858,8 @@ impl Query {
     /// Parse `query`, weighting its terms by where they occur: the title line, prose, or a
     /// fenced block / indented output.
     pub(crate) fn parse_weighted(query: &str, opts: &RankOptions) -> Query {
+        let cleaned = super::issue::strip_noise(query, opts.strip_env_dumps, opts.strip_url_params);
+        let query = cleaned.as_str();
         let mut q = Query::default();
         let mut counts: HashMap<String, f64> = HashMap::new();
         let mut in_fence = false;
@@ -877,6 +923,11 @@ impl Query {
             return q;
         };
         q.about_tests = tests_re.is_match(query);
+        q.words = query
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(|w| w.to_ascii_lowercase())
+            .collect();
 
         let mut seen_paths: HashMap<String, f64> = HashMap::new();
         for m in path_re.captures_iter(query) {
