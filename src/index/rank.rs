@@ -85,6 +85,10 @@ pub struct RankOptions {
     /// main language (a Python project's bundled JavaScript), unless the query names that
     /// language.
     pub minority_lang_factor: f64,
+    /// Boost from the best other file of the same directory: a file gains this times the
+    /// geometric mean of its own score and its best sibling's, so relevant files next to a
+    /// strong match (the rest of a change that spans a package) move up.
+    pub sibling: f64,
 }
 
 impl Default for RankOptions {
@@ -114,6 +118,7 @@ impl Default for RankOptions {
             strip_env_dumps: true,
             strip_url_params: true,
             minority_lang_factor: 0.3,
+            sibling: 0.3,
         }
     }
 }
@@ -635,12 +640,35 @@ impl Ranker {
                 })
             })
             .collect();
+        if opts.sibling > 0.0 {
+            self.add_sibling_boost(&mut out, opts.sibling);
+        }
         out.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
                 .then_with(|| a.path.cmp(&b.path))
         });
         out
+    }
+
+    /// Add `weight` × √(own score × best other score in the same directory) to each file.
+    fn add_sibling_boost(&self, out: &mut [RankedFile], weight: f64) {
+        let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+        // The two best scores per directory, so a file's best sibling is never itself.
+        let mut best: HashMap<String, (f64, f64)> = HashMap::new();
+        for f in out.iter() {
+            let e = best.entry(dir(&f.path)).or_insert((0.0, 0.0));
+            if f.score > e.0 {
+                *e = (f.score, e.0);
+            } else if f.score > e.1 {
+                e.1 = f.score;
+            }
+        }
+        for f in out.iter_mut() {
+            let (first, second) = best[&dir(&f.path)];
+            let other = if f.score >= first { second } else { first };
+            f.score += weight * (f.score * other).sqrt();
+        }
     }
 
     /// Rank every file with no query: PageRank over the file graph, tests and non-code damped.
@@ -913,7 +941,11 @@ impl Query {
         // Regexes are compiled per query: cheap next to ranking, and no global state.
         let (Ok(path_re), Ok(frame_re), Ok(dotted_re), Ok(ident_re), Ok(tests_re)) = (
             Regex::new(r"[A-Za-z0-9_\-./\\]*[A-Za-z0-9_\-]\.([A-Za-z0-9]{1,5})\b"),
-            Regex::new(r#"(?m)File "([^"]+)", line \d+, in ([A-Za-z_][A-Za-z0-9_]*)"#),
+            // Python (`File "x.py", line 3, in f`), IPython (`File ~/x.py:3, in C.f(self)`) and
+            // pytest (`x.py:3: in f`) frames.
+            Regex::new(
+                r#"(?m)(?:File "([^"]+)", line \d+, in |File (\S+):\d+, in |^(\S+\.py):\d+: in )(?:[A-Za-z_][A-Za-z0-9_]*\.)*([A-Za-z_][A-Za-z0-9_]*)"#,
+            ),
             Regex::new(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)+"),
             Regex::new(r"[A-Za-z_][A-Za-z0-9_]*"),
             Regex::new(
@@ -947,7 +979,7 @@ impl Query {
             *e = (*e + 1.0).min(3.0);
         }
         for m in frame_re.captures_iter(query) {
-            if let Some(func) = m.get(2) {
+            if let Some(func) = m.get(4) {
                 *q.idents.entry(func.as_str().to_string()).or_default() += 1.0;
             }
         }
@@ -1064,6 +1096,16 @@ mod tests {
         assert!(q.dotted.iter().any(|(d, _)| d == "sphinx.ext.autodoc"));
         assert!(!q.about_tests);
         assert!(Query::parse("Please add a regression test for this").about_tests);
+    }
+
+    #[test]
+    fn ipython_and_pytest_frames_name_their_functions() {
+        let q = Query::parse(
+            "Slow\n```\nFile ~/env/site-packages/xarray/core/common.py:1815, in get_chunksizes(variables)\nFile ~/env/xarray/core/dataset.py:2110, in Dataset.chunks(self)\nsrc/_pytest/python.py:522: in collect_module\n```\n",
+        );
+        for f in ["get_chunksizes", "chunks", "collect_module"] {
+            assert!(q.idents.contains_key(f), "{f} missing from {:?}", q.idents);
+        }
     }
 
     #[test]

@@ -599,3 +599,39 @@ fn ranking_damps_minority_language_code() {
         "pkg/themes/static/queries.js"
     );
 }
+
+/// A relevant file next to a strong match (the rest of a change that spans a package) moves
+/// up past an equally relevant file elsewhere.
+#[test]
+fn ranking_sibling_of_a_strong_match_moves_up() {
+    let (_t, _c, index) = indexed(&[
+        (
+            "pkg/config/manager.py",
+            "def parse_option_regex(value):\n    return compile_option(value)\n".into(),
+        ),
+        (
+            "pkg/config/argument.py",
+            "def transform(value):\n    return regex(value)\n".into(),
+        ),
+        (
+            "pkg/checks/alpha.py",
+            "def transform(value):\n    return regex(value)\n".into(),
+        ),
+    ]);
+    let query = "option regex fails to parse";
+    let off = RankOptions {
+        sibling: 0.0,
+        ..RankOptions::default()
+    };
+    let rank_of = |o: &RankOptions, p: &str| {
+        index
+            .rank(query, o)
+            .iter()
+            .position(|f| f.path == p)
+            .unwrap()
+    };
+    assert!(rank_of(&off, "pkg/checks/alpha.py") < rank_of(&off, "pkg/config/argument.py"));
+    let on = RankOptions::default();
+    assert!(on.sibling > 0.0);
+    assert!(rank_of(&on, "pkg/config/argument.py") < rank_of(&on, "pkg/checks/alpha.py"));
+}
