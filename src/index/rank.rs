@@ -81,6 +81,8 @@ pub struct RankOptions {
     pub strip_env_dumps: bool,
     /// Cut the query string and fragment of URLs in the query.
     pub strip_url_params: bool,
+    /// Blank `<!-- -->` comments (template instructions GitHub does not render).
+    pub strip_html_comments: bool,
     /// Multiplier for code in a language with under a quarter as many files as the project's
     /// main language (a Python project's bundled JavaScript), unless the query names that
     /// language.
@@ -117,6 +119,7 @@ impl Default for RankOptions {
             def_b: 0.3,
             strip_env_dumps: true,
             strip_url_params: true,
+            strip_html_comments: true,
             minority_lang_factor: 0.3,
             sibling: 0.3,
         }
@@ -886,7 +889,12 @@ impl Query {
     /// Parse `query`, weighting its terms by where they occur: the title line, prose, or a
     /// fenced block / indented output.
     pub(crate) fn parse_weighted(query: &str, opts: &RankOptions) -> Query {
-        let cleaned = super::issue::strip_noise(query, opts.strip_env_dumps, opts.strip_url_params);
+        let cleaned = super::issue::strip_noise(
+            query,
+            opts.strip_env_dumps,
+            opts.strip_url_params,
+            opts.strip_html_comments,
+        );
         let query = cleaned.as_str();
         let mut q = Query::default();
         let mut counts: HashMap<String, f64> = HashMap::new();
