@@ -6,9 +6,13 @@
 //! mentions (file paths and stack-trace frames,
 //! dotted module paths, identifiers resolved to the files defining them) and centrality in the
 //! file graph (imports and references to definitions) personalized by the files the first two
-//! signals found. Tests and non-code files are damped unless the query is about them.
+//! signals found. Tests and non-code files are damped unless the query is about them, and so
+//! is code in a minority language of the project (a Python project's bundled JavaScript).
+//! Last, each file gains from the best other file of its directory, so the rest of a change
+//! that spans one package moves up with its strongest file.
 //!
-//! The query is read as an issue: terms of its first line (the title) weigh more, terms inside
+//! The query is read as an issue, first without its template noise (version dumps, HTML
+//! comments, URL parameters; see `issue`): terms of its first line (the title) weigh more, terms inside
 //! fenced blocks and indented output (logs, package lists) less, adjacent words are also
 //! joined (`link check` meets `linkcheck`), terms found in most files are dropped, and a file
 //! whose own name is a query term gets a boost scaled by how rare that name is.
