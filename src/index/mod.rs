@@ -27,6 +27,7 @@
 mod build;
 mod cache;
 mod error;
+mod issue;
 mod lang;
 mod map;
 mod rank;

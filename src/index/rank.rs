@@ -6,9 +6,13 @@
 //! mentions (file paths and stack-trace frames,
 //! dotted module paths, identifiers resolved to the files defining them) and centrality in the
 //! file graph (imports and references to definitions) personalized by the files the first two
-//! signals found. Tests and non-code files are damped unless the query is about them.
+//! signals found. Tests and non-code files are damped unless the query is about them, and so
+//! is code in a minority language of the project (a Python project's bundled JavaScript).
+//! Last, each file gains from the best other file of its directory, so the rest of a change
+//! that spans one package moves up with its strongest file.
 //!
-//! The query is read as an issue: terms of its first line (the title) weigh more, terms inside
+//! The query is read as an issue, first without its template noise (version dumps, HTML
+//! comments, URL parameters; see `issue`): terms of its first line (the title) weigh more, terms inside
 //! fenced blocks and indented output (logs, package lists) less, adjacent words are also
 //! joined (`link check` meets `linkcheck`), terms found in most files are dropped, and a file
 //! whose own name is a query term gets a boost scaled by how rare that name is.
@@ -76,6 +80,21 @@ pub struct RankOptions {
     pub def_lexical: f64,
     /// BM25 length normalization for definition spans.
     pub def_b: f64,
+    /// Blank environment and package-version dumps (`show_versions()`, `pip freeze`) out of
+    /// the query before reading it.
+    pub strip_env_dumps: bool,
+    /// Cut the query string and fragment of URLs in the query.
+    pub strip_url_params: bool,
+    /// Blank `<!-- -->` comments (template instructions GitHub does not render).
+    pub strip_html_comments: bool,
+    /// Multiplier for code in a language with under a quarter as many files as the project's
+    /// main language (a Python project's bundled JavaScript), unless the query names that
+    /// language.
+    pub minority_lang_factor: f64,
+    /// Boost from the best other file of the same directory: a file gains this times the
+    /// geometric mean of its own score and its best sibling's, so relevant files next to a
+    /// strong match (the rest of a change that spans a package) move up.
+    pub sibling: f64,
 }
 
 impl Default for RankOptions {
@@ -102,6 +121,11 @@ impl Default for RankOptions {
             max_df: 0.2,
             def_lexical: 2.0,
             def_b: 0.3,
+            strip_env_dumps: true,
+            strip_url_params: true,
+            strip_html_comments: true,
+            minority_lang_factor: 0.3,
+            sibling: 0.3,
         }
     }
 }
@@ -187,12 +211,34 @@ fn stem_terms(path: &str) -> Vec<String> {
     v
 }
 
+/// Per file, its language if that language has under a quarter as many files as the
+/// project's main language.
+fn minority_langs(files: &[IndexedFile]) -> Vec<Option<super::summary::Lang>> {
+    let mut counts: HashMap<super::summary::Lang, usize> = HashMap::new();
+    for f in files {
+        if let Some(l) = f.summary.lang {
+            *counts.entry(l).or_default() += 1;
+        }
+    }
+    let top = counts.values().copied().max().unwrap_or(0);
+    files
+        .iter()
+        .map(|f| {
+            f.summary
+                .lang
+                .filter(|l| counts.get(l).is_some_and(|&c| c * 4 < top))
+        })
+        .collect()
+}
+
 /// Derived structures for ranking one index.
 pub struct Ranker {
     paths: Vec<String>,
     is_test: Vec<bool>,
     is_code: Vec<bool>,
     is_doc: Vec<bool>,
+    /// The language of each file when it is a minority language of the project.
+    minority: Vec<Option<super::summary::Lang>>,
     term_ids: HashMap<String, u32>,
     postings: Vec<Vec<(u32, f32)>>,
     doc_len: Vec<f32>,
@@ -241,6 +287,7 @@ impl Ranker {
             is_test: files.iter().map(|f| is_test_path(&f.path)).collect(),
             is_code: files.iter().map(|f| f.summary.lang.is_some()).collect(),
             is_doc: files.iter().map(|f| is_doc_path(&f.path)).collect(),
+            minority: minority_langs(files),
             term_ids: HashMap::new(),
             postings: Vec::new(),
             doc_len: vec![0.0; n],
@@ -568,6 +615,7 @@ impl Ranker {
             vec![0.0; n]
         };
         let about_tests = q.about_tests || test_mentioned;
+        let lang_named = |l: super::summary::Lang| q.words.contains(l.name());
         let mut out: Vec<RankedFile> = (0..n)
             .filter_map(|i| {
                 let mut s = opts.lexical * lex_norm[i]
@@ -587,18 +635,47 @@ impl Ranker {
                 if self.is_doc[i] && !named[i] {
                     s *= opts.doc_factor;
                 }
+                if let Some(l) = self.minority[i]
+                    && !named[i]
+                    && !lang_named(l)
+                {
+                    s *= opts.minority_lang_factor;
+                }
                 Some(RankedFile {
                     path: self.paths[i].clone(),
                     score: s,
                 })
             })
             .collect();
+        if opts.sibling > 0.0 {
+            self.add_sibling_boost(&mut out, opts.sibling);
+        }
         out.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
                 .then_with(|| a.path.cmp(&b.path))
         });
         out
+    }
+
+    /// Add `weight` × √(own score × best other score in the same directory) to each file.
+    fn add_sibling_boost(&self, out: &mut [RankedFile], weight: f64) {
+        let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+        // The two best scores per directory, so a file's best sibling is never itself.
+        let mut best: HashMap<String, (f64, f64)> = HashMap::new();
+        for f in out.iter() {
+            let e = best.entry(dir(&f.path)).or_insert((0.0, 0.0));
+            if f.score > e.0 {
+                *e = (f.score, e.0);
+            } else if f.score > e.1 {
+                e.1 = f.score;
+            }
+        }
+        for f in out.iter_mut() {
+            let (first, second) = best[&dir(&f.path)];
+            let other = if f.score >= first { second } else { first };
+            f.score += weight * (f.score * other).sqrt();
+        }
     }
 
     /// Rank every file with no query: PageRank over the file graph, tests and non-code damped.
@@ -797,6 +874,8 @@ pub(crate) struct Query {
     pub idents: HashMap<String, f64>,
     /// Whether the query asks about tests themselves.
     pub about_tests: bool,
+    /// Lowercase words of the query (language names are looked up here).
+    pub words: std::collections::HashSet<String>,
 }
 
 const SOURCE_EXTS: &[&str] = &[
@@ -814,6 +893,13 @@ impl Query {
     /// Parse `query`, weighting its terms by where they occur: the title line, prose, or a
     /// fenced block / indented output.
     pub(crate) fn parse_weighted(query: &str, opts: &RankOptions) -> Query {
+        let cleaned = super::issue::strip_noise(
+            query,
+            opts.strip_env_dumps,
+            opts.strip_url_params,
+            opts.strip_html_comments,
+        );
+        let query = cleaned.as_str();
         let mut q = Query::default();
         let mut counts: HashMap<String, f64> = HashMap::new();
         let mut in_fence = false;
@@ -867,7 +953,11 @@ impl Query {
         // Regexes are compiled per query: cheap next to ranking, and no global state.
         let (Ok(path_re), Ok(frame_re), Ok(dotted_re), Ok(ident_re), Ok(tests_re)) = (
             Regex::new(r"[A-Za-z0-9_\-./\\]*[A-Za-z0-9_\-]\.([A-Za-z0-9]{1,5})\b"),
-            Regex::new(r#"(?m)File "([^"]+)", line \d+, in ([A-Za-z_][A-Za-z0-9_]*)"#),
+            // Python (`File "x.py", line 3, in f`), IPython (`File ~/x.py:3, in C.f(self)`) and
+            // pytest (`x.py:3: in f`) frames.
+            Regex::new(
+                r#"(?m)(?:File "([^"]+)", line \d+, in |File (\S+):\d+, in |^(\S+\.py):\d+: in )(?:[A-Za-z_][A-Za-z0-9_]*\.)*([A-Za-z_][A-Za-z0-9_]*)"#,
+            ),
             Regex::new(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)+"),
             Regex::new(r"[A-Za-z_][A-Za-z0-9_]*"),
             Regex::new(
@@ -877,6 +967,11 @@ impl Query {
             return q;
         };
         q.about_tests = tests_re.is_match(query);
+        q.words = query
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(|w| w.to_ascii_lowercase())
+            .collect();
 
         let mut seen_paths: HashMap<String, f64> = HashMap::new();
         for m in path_re.captures_iter(query) {
@@ -896,7 +991,7 @@ impl Query {
             *e = (*e + 1.0).min(3.0);
         }
         for m in frame_re.captures_iter(query) {
-            if let Some(func) = m.get(2) {
+            if let Some(func) = m.get(4) {
                 *q.idents.entry(func.as_str().to_string()).or_default() += 1.0;
             }
         }
@@ -1013,6 +1108,16 @@ mod tests {
         assert!(q.dotted.iter().any(|(d, _)| d == "sphinx.ext.autodoc"));
         assert!(!q.about_tests);
         assert!(Query::parse("Please add a regression test for this").about_tests);
+    }
+
+    #[test]
+    fn ipython_and_pytest_frames_name_their_functions() {
+        let q = Query::parse(
+            "Slow\n```\nFile ~/env/site-packages/xarray/core/common.py:1815, in get_chunksizes(variables)\nFile ~/env/xarray/core/dataset.py:2110, in Dataset.chunks(self)\nsrc/_pytest/python.py:522: in collect_module\n```\n",
+        );
+        for f in ["get_chunksizes", "chunks", "collect_module"] {
+            assert!(q.idents.contains_key(f), "{f} missing from {:?}", q.idents);
+        }
     }
 
     #[test]

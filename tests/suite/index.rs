@@ -520,3 +520,118 @@ fn ranking_best_definition_span_decides() {
     };
     assert_eq!(first(&index, query, &on), "src/alpha.py");
 }
+
+/// The package names of a `show_versions()` dump do not pull in the module that prints them.
+#[test]
+fn ranking_version_dump_does_not_pull_in_the_version_printer() {
+    let (_t, _c, index) = indexed(&[
+        (
+            "pkg/util/print_versions.py",
+            "def show_versions():\n    for m in ['netcdf4', 'pydap', 'h5netcdf', 'cfgrib', 'zarr', 'cftime']:\n        print(m)\n".into(),
+        ),
+        (
+            "pkg/core/dataset.py",
+            "def swap_dims(self, dims):\n    return self.rename(dims)\n".into(),
+        ),
+    ]);
+    let query = "swap_dims modifies the original\n\nCalling swap_dims changes it.\n\n<details>\n\
+                 INSTALLED VERSIONS\n------------------\ncommit: None\npython: 3.8.13\n\
+                 netCDF4: 1.5.8\npydap: None\nh5netcdf: None\ncfgrib: None\nzarr: 2.13.3\n\
+                 cftime: 1.6.1\n</details>\n";
+    let ranked = index.rank(query, &RankOptions::default());
+    assert_eq!(ranked[0].path, "pkg/core/dataset.py");
+    assert!(
+        ranked
+            .iter()
+            .all(|f| f.path != "pkg/util/print_versions.py"),
+        "{ranked:?}"
+    );
+    let keep = RankOptions {
+        strip_env_dumps: false,
+        ..RankOptions::default()
+    };
+    assert!(
+        index
+            .rank(query, &keep)
+            .iter()
+            .any(|f| f.path == "pkg/util/print_versions.py")
+    );
+}
+
+/// Code in a language the project barely uses (a Python project's bundled JavaScript) ranks
+/// below the main language unless the query names that language.
+#[test]
+fn ranking_damps_minority_language_code() {
+    let mut files: Vec<(String, String)> = (0..8)
+        .map(|i| {
+            (
+                format!("pkg/m{i}.py"),
+                format!("def f{i}():\n    return {i}\n"),
+            )
+        })
+        .collect();
+    files.push((
+        "pkg/themes/static/queries.js".into(),
+        "function mediaQuery(width) { return width; }\n// media query width media query\n".into(),
+    ));
+    files.push((
+        "pkg/writers/html.py".into(),
+        "def visit_media(node):\n    return node.query\n".into(),
+    ));
+    let refs: Vec<(&str, String)> = files.iter().map(|(p, t)| (p.as_str(), t.clone())).collect();
+    let (_t, _c, index) = indexed(&refs);
+    let query = "media query is wrong";
+    let off = RankOptions {
+        minority_lang_factor: 1.0,
+        ..RankOptions::default()
+    };
+    assert_eq!(first(&index, query, &off), "pkg/themes/static/queries.js");
+    assert_eq!(
+        first(&index, query, &RankOptions::default()),
+        "pkg/writers/html.py"
+    );
+    assert_eq!(
+        first(
+            &index,
+            "javascript media query is wrong",
+            &RankOptions::default()
+        ),
+        "pkg/themes/static/queries.js"
+    );
+}
+
+/// A relevant file next to a strong match (the rest of a change that spans a package) moves
+/// up past an equally relevant file elsewhere.
+#[test]
+fn ranking_sibling_of_a_strong_match_moves_up() {
+    let (_t, _c, index) = indexed(&[
+        (
+            "pkg/config/manager.py",
+            "def parse_option_regex(value):\n    return compile_option(value)\n".into(),
+        ),
+        (
+            "pkg/config/argument.py",
+            "def transform(value):\n    return regex(value)\n".into(),
+        ),
+        (
+            "pkg/checks/alpha.py",
+            "def transform(value):\n    return regex(value)\n".into(),
+        ),
+    ]);
+    let query = "option regex fails to parse";
+    let off = RankOptions {
+        sibling: 0.0,
+        ..RankOptions::default()
+    };
+    let rank_of = |o: &RankOptions, p: &str| {
+        index
+            .rank(query, o)
+            .iter()
+            .position(|f| f.path == p)
+            .unwrap()
+    };
+    assert!(rank_of(&off, "pkg/checks/alpha.py") < rank_of(&off, "pkg/config/argument.py"));
+    let on = RankOptions::default();
+    assert!(on.sibling > 0.0);
+    assert!(rank_of(&on, "pkg/config/argument.py") < rank_of(&on, "pkg/checks/alpha.py"));
+}
