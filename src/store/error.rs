@@ -33,6 +33,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A thread of the store could not be started.
+    #[error("cannot start {what}: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// A delivery could not be stored: its group's transaction failed, or the writer stopped.
     #[error("cannot store delivery {delivery}: {message}")]
     Enqueue {

@@ -205,8 +205,8 @@ impl SqliteStore {
                     "open the delivery writer of {}",
                     path.display()
                 )))?;
-        let io = |source| Error::Io {
-            path: path.to_path_buf(),
+        let io = |source| Error::Thread {
+            what: "the delivery writer",
             source,
         };
         // The writer and the checkpointer run on a thread of their own: as tasks of the
