@@ -38,6 +38,8 @@ use git_agent::model::{
 };
 use serde_json::json;
 
+use crate::suite::common::git;
+
 struct LlamaServer {
     child: tokio::process::Child,
     base: String,
@@ -399,28 +401,6 @@ async fn llama_server_messages_api_forced_tool_call() {
         "{reply:?}"
     );
     assert_eq!(reply.stop, StopReason::ToolUse);
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-        .args([
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// `git agent fix` against the real model: whatever SmolLM2-135M writes, the run ends
