@@ -74,10 +74,11 @@ impl CgroupBase {
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // Leftovers of earlier runs whose processes were reaped late: remove the
-                // empty ones (a busy one refuses and stays).
+                // Leftovers of agents that are gone: remove the empty ones (a busy one
+                // refuses and stays). A cgroup of a live agent is never touched, even when
+                // empty: its command may be between the cgroup's creation and joining it.
                 for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                    if e.file_name().to_string_lossy().starts_with("cmd-") {
+                    if is_orphan(&e.file_name().to_string_lossy()) {
                         let _ = std::fs::remove_dir(e.path());
                     }
                 }
@@ -219,8 +220,60 @@ impl Drop for Cgroup {
     }
 }
 
+/// Whether `name` is a command cgroup (`cmd-<pid>-…`) of a process that no longer exists.
+fn is_orphan(name: &str) -> bool {
+    let Some(pid) = name
+        .strip_prefix("cmd-")
+        .and_then(|r| r.split('-').next())
+        .and_then(|p| p.parse::<i32>().ok())
+        .filter(|p| *p > 0)
+    else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the pid exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    !alive
+}
+
 /// Whether this process runs with kernel uid 0 (where `RLIMIT_NPROC` is not enforced).
 pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_cgroups_of_gone_processes_are_orphans() {
+        let me = std::process::id();
+        assert!(!is_orphan(&format!("cmd-{me}-0-00000000000000ff")));
+        assert!(!is_orphan(&format!("cmd-{}-3-abc", 1)));
+        // A pid above the kernel's maximum (2^22) cannot be alive.
+        assert!(is_orphan("cmd-4194305-0-00000000000000ff"));
+        for name in ["cmd-", "cmd-x-1", "other-1-2", "cmd--1-2", "cmd-0-1"] {
+            assert!(!is_orphan(name), "{name}");
+        }
+    }
+
+    /// Guards the race a second executor's start used to cause: its sweep removed a fresh,
+    /// still empty cgroup of another, whose child then failed to join it.
+    #[test]
+    fn a_new_base_leaves_a_live_agents_fresh_cgroup_alone() {
+        let base = CgroupBase::find()
+            .expect("a writable pids cgroup hierarchy (the exec suite needs one too; run as root)");
+        let fresh = base.create(16).unwrap();
+        assert!(fresh.dir.is_dir());
+        let dead = base.dir.join("cmd-4194305-0-00000000000000ff");
+        std::fs::create_dir(&dead).unwrap();
+        let again = CgroupBase::find().unwrap();
+        assert_eq!(again.dir, base.dir);
+        assert!(fresh.dir.is_dir(), "a live agent's empty cgroup was swept");
+        assert!(!dead.exists(), "a gone agent's empty cgroup stayed");
+        let path = fresh.dir.clone();
+        drop(fresh);
+        assert!(!path.exists());
+    }
 }
