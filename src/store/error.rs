@@ -12,6 +12,16 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// A connection of the store's own threads (the SQLite delivery writer, the checkpointer)
+    /// could not be opened or set up.
+    #[error("{what}: {source}")]
+    Sqlite {
+        /// What was being done (`open /var/lib/…/serve.db for the delivery writer`).
+        what: String,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
     /// The schema could not be created.
     #[error("cannot create the schema of {url}: {source}")]
     Schema {

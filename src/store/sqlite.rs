@@ -6,10 +6,10 @@
 //! cache, when the commit returns.
 //!
 //! Deliveries are group-committed: one writer (a thread of its own, with a connection of its
-//! own) takes every delivery waiting when it is free and stores them in one transaction, with
-//! one multi-row statement per table (a group that fails as a whole is stored again one by one,
-//! each in a savepoint, so one bad delivery is refused alone). Concurrent deliveries queue in
-//! a channel instead of sleeping in SQLite's busy handler.
+//! own, running prepared statements synchronously) takes every delivery waiting when it is
+//! free and stores them in one transaction (a group where one delivery fails is stored again
+//! one by one, each in a savepoint, so one bad delivery is refused alone). Concurrent
+//! deliveries queue in a channel instead of sleeping in SQLite's busy handler.
 //!
 //! Durable before the 2xx, with the fsync out of the writer's way: the writer's connection
 //! commits at `synchronous=NORMAL` (the commit writes the WAL but does not fsync it) and hands
@@ -22,17 +22,16 @@
 //! frames into the database first syncs the WAL and then the database. A failed fsync answers
 //! the group with an error (the delivery may be stored; a redelivery finds it).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr as _;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::Row as _;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Connection as _, Row as _, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
@@ -198,40 +197,27 @@ impl SqliteStore {
         // The delivery writer has a connection of its own, committing at `synchronous=NORMAL`
         // (no fsync in the commit); the syncer fsyncs the WAL after each commit and only then
         // answers that group's callers. See the module rules.
-        let writer_conn =
-            SqliteConnection::connect_with(&opts.synchronous(SqliteSynchronous::Normal))
-                .await
-                .map_err(Error::db(format!(
-                    "open the delivery writer of {}",
-                    path.display()
-                )))?;
-        let io = |source| Error::Thread {
-            what: "the delivery writer",
-            source,
-        };
-        // The writer and the checkpointer run on a thread of their own: as tasks of the
-        // server's runtime, each of the writer's statements (a hand-off to sqlx's connection
-        // thread and back) waited behind every ready request task.
-        let writer = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(io)?;
+        let writer_conn = open_raw(path, "NORMAL")?;
+        let checkpointer_conn = open_raw(path, "FULL")?;
+        let io = |what, source| Error::Thread { what, source };
         let (synced_tx, synced_rx) = std::sync::mpsc::channel();
         let wal = wal_path(path);
         std::thread::Builder::new()
             .name("sqlite-syncer".into())
             .spawn(move || sync_groups(&wal, &synced_rx))
-            .map_err(io)?;
-        let (pool2, alive) = (pool.clone(), deliveries.downgrade());
+            .map_err(|e| io("the WAL syncer", e))?;
+        // The writer and the checkpointer run on threads of their own: as tasks of the
+        // server's runtime they waited behind every ready request task, and as sqlx
+        // statements each one was a hand-off to a connection thread and back.
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || {
-                writer.block_on(async move {
-                    tokio::spawn(checkpoints(pool2, alive));
-                    commit_groups(writer_conn, rx, synced_tx).await;
-                });
-            })
-            .map_err(io)?;
+            .spawn(move || commit_groups(writer_conn, rx, &synced_tx))
+            .map_err(|e| io("the delivery writer", e))?;
+        let alive = deliveries.downgrade();
+        std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpoints(&checkpointer_conn, &alive))
+            .map_err(|e| io("the WAL checkpointer", e))?;
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
@@ -259,19 +245,40 @@ impl SqliteStore {
 /// copy (and the fsync it ends with) is small — 500 ms let a copy stall commits for ~400 ms.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
+/// A connection of the store's own threads to the database at `path` (its schema is made),
+/// committing at `synchronous` (`NORMAL` or `FULL`), with automatic checkpoints off as on
+/// every connection of the store.
+fn open_raw(path: &Path, synchronous: &str) -> Result<rusqlite::Connection> {
+    let fail = |source| Error::Sqlite {
+        what: format!("open {} for the store's writer", path.display()),
+        source,
+    };
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(fail)?;
+    conn.busy_timeout(Duration::from_secs(30)).map_err(fail)?;
+    for (name, value) in [
+        ("synchronous", synchronous),
+        ("foreign_keys", "ON"),
+        ("wal_autocheckpoint", "0"),
+    ] {
+        conn.pragma_update(None, name, value).map_err(fail)?;
+    }
+    Ok(conn)
+}
+
 /// The background checkpointer: a passive checkpoint every [`CHECKPOINT_EVERY`] (it never
 /// blocks writers or readers), so the WAL stays small without any commit paying for it.
 /// Stops with the store (when the group committer's channel is gone).
-async fn checkpoints(pool: SqlitePool, alive: mpsc::WeakSender<Pending>) {
+fn checkpoints(conn: &rusqlite::Connection, alive: &mpsc::WeakSender<Pending>) {
     loop {
-        tokio::time::sleep(CHECKPOINT_EVERY).await;
+        std::thread::sleep(CHECKPOINT_EVERY);
         if alive.upgrade().is_none() {
             return;
         }
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-        {
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::warn!(error = %e, "WAL checkpoint failed; retrying later");
         }
     }
@@ -283,14 +290,21 @@ type Committed = Vec<(String, oneshot::Sender<Result<Enqueued>>, Result<Enqueued
 /// The group committer: whatever deliveries are waiting (up to [`MAX_GROUP`]) go into one
 /// transaction on the writer's connection; the committed group goes to the syncer
 /// ([`sync_groups`]), which answers it once the WAL is on disk, while this takes the next.
-async fn commit_groups(
-    mut conn: SqliteConnection,
+fn commit_groups(
+    mut conn: rusqlite::Connection,
     mut rx: mpsc::Receiver<Pending>,
-    synced: std::sync::mpsc::Sender<Committed>,
+    synced: &std::sync::mpsc::Sender<Committed>,
 ) {
     let mut group = Vec::with_capacity(MAX_GROUP);
-    while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let outcomes = commit_group(&mut conn, &group).await;
+    while let Some(first) = rx.blocking_recv() {
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
+        }
+        let outcomes = commit_group(&mut conn, &group);
         let committed: Committed = group
             .drain(..)
             .zip(outcomes)
@@ -355,29 +369,32 @@ fn sync_wal(path: &Path, file: &mut Option<(std::fs::File, u64)>) -> std::io::Re
 
 /// Store `group` in one transaction; one outcome per delivery, in order.
 ///
-/// The whole group goes in with a handful of multi-row statements ([`commit_batch`]): each
-/// statement is a round trip to sqlx's connection thread, so per-delivery statements made the
-/// thread hand-offs, not the fsync, the cost of a delivery. If the batch fails (a constraint or
-/// trigger refusing one row fails the statement for all), the transaction is rolled back and
-/// the group is stored again one delivery at a time, each in a savepoint ([`commit_one_by_one`]),
+/// Each delivery is a few prepared statements run on this thread (no hand-off per statement).
+/// If one fails (a constraint or trigger refusing it), the transaction is rolled back and the
+/// group is stored again with each delivery in a savepoint of its own ([`commit_one_by_one`]),
 /// so one bad delivery is refused alone.
-async fn commit_group(conn: &mut SqliteConnection, group: &[Pending]) -> Vec<Result<Enqueued>> {
-    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
+fn commit_group(conn: &mut rusqlite::Connection, group: &[Pending]) -> Vec<Result<Enqueued>> {
+    let now = now_ms();
+    let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => return failed(group, format!("begin: {e}")),
     };
-    match commit_batch(&mut tx, group, now_ms()).await {
-        Ok(outcomes) => match tx.commit().await {
-            Ok(()) => outcomes.into_iter().map(Ok).collect(),
-            Err(e) => failed(group, format!("commit: {e}")),
-        },
-        Err(e) => {
-            tracing::debug!(error = %e, "a group of deliveries failed together; storing them one by one");
-            if let Err(e) = tx.rollback().await {
-                return failed(group, format!("roll back a group: {e}"));
+    let mut outcomes = Vec::with_capacity(group.len());
+    for (d, _) in group {
+        match enqueue_one(&tx, d, now) {
+            Ok(out) => outcomes.push(out),
+            Err(e) => {
+                tracing::debug!(error = %e, "a delivery failed its group; storing them one by one");
+                if let Err(e) = tx.rollback() {
+                    return failed(group, format!("roll back a group: {e}"));
+                }
+                return commit_one_by_one(conn, group, now);
             }
-            commit_one_by_one(conn, group).await
         }
+    }
+    match tx.commit() {
+        Ok(()) => outcomes.into_iter().map(Ok).collect(),
+        Err(e) => failed(group, format!("commit: {e}")),
     }
 }
 
@@ -394,278 +411,101 @@ fn failed(group: &[Pending], message: String) -> Vec<Result<Enqueued>> {
         .collect()
 }
 
-/// Store `group` with one statement per table, inside the caller's transaction. Outcomes are
-/// those of storing the deliveries one after another: a delivery id seen twice in the group
-/// is a duplicate of its first occurrence.
-async fn commit_batch(
-    conn: &mut SqliteConnection,
-    group: &[Pending],
-    now: i64,
-) -> Result<Vec<Enqueued>> {
-    // Every delivery counts as one (re)delivery, duplicates included.
-    for part in chunks(group) {
-        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO deliveries (delivery_id, event, first_at, last_at, times) ",
-        );
-        q.push_values(part, |mut row, (d, _)| {
-            row.push_bind(&d.delivery_id)
-                .push_bind(&d.event)
-                .push_bind(now)
-                .push_bind(now)
-                .push_bind(1_i64);
-        });
-        q.push(
-            " ON CONFLICT (delivery_id) DO UPDATE SET last_at = excluded.last_at,
-                 times = deliveries.times + 1",
-        );
-        q.build()
-            .execute(&mut *conn)
-            .await
-            .map_err(Error::db("store a group of deliveries"))?;
-    }
-
-    // The first occurrence of each id decides; later ones are its duplicates.
-    let mut first: HashMap<&str, usize> = HashMap::with_capacity(group.len());
-    for (i, (d, _)) in group.iter().enumerate() {
-        first.entry(d.delivery_id.as_str()).or_insert(i);
-    }
-    let mut existing: HashMap<String, (String, JobState)> = HashMap::new();
-    let ids: Vec<&str> = first.keys().copied().collect();
-    for part in chunks(&ids) {
-        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "SELECT id, delivery_id, state FROM jobs WHERE delivery_id IN (",
-        );
-        let mut list = q.separated(", ");
-        for id in part {
-            list.push_bind(*id);
-        }
-        q.push(")");
-        for row in q
-            .build()
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(Error::db("look up a group of deliveries"))?
-        {
-            let job_id: String = row.try_get("id").map_err(Error::db("read a job"))?;
-            let delivery: String = row
-                .try_get("delivery_id")
-                .map_err(Error::db("read a job"))?;
-            let state: String = row.try_get("state").map_err(Error::db("read a job"))?;
-            let state = state_of(&job_id, &state)?;
-            existing.insert(delivery, (job_id, state));
-        }
-    }
-
-    let mut outcomes: Vec<Option<Enqueued>> = vec![None; group.len()];
-    let mut fresh = Vec::new();
-    let mut requeue = Vec::new();
-    for (i, (d, _)) in group.iter().enumerate() {
-        if first.get(d.delivery_id.as_str()) != Some(&i) {
-            continue;
-        }
-        outcomes[i] = Some(match existing.remove(&d.delivery_id) {
-            None => {
-                let job_id = new_id();
-                fresh.push((i, job_id.clone()));
-                Enqueued::New { job_id }
-            }
-            Some((job_id, JobState::Failed)) => {
-                requeue.push(job_id.clone());
-                Enqueued::Requeued { job_id }
-            }
-            Some((job_id, state)) => Enqueued::Duplicate { job_id, state },
-        });
-    }
-    for part in chunks(&fresh) {
-        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc, state,
-                 created_at, updated_at) ",
-        );
-        q.push_values(part, |mut row, (i, job_id)| {
-            let d = &group[*i].0;
-            row.push_bind(job_id)
-                .push_bind(&d.delivery_id)
-                .push_bind(&d.event)
-                .push_bind(&d.payload[..])
-                .push_bind(&d.repo)
-                .push_bind(&d.lane)
-                .push_bind(&d.trigger)
-                .push_bind("queued")
-                .push_bind(now)
-                .push_bind(now);
-        });
-        q.build()
-            .execute(&mut *conn)
-            .await
-            .map_err(Error::db("queue a group of deliveries"))?;
-    }
-    for part in chunks(&requeue) {
-        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "UPDATE jobs SET state = 'queued', cancel_requested = 0, lease_owner = NULL,
-                 lease_until = NULL, updated_at = ",
-        );
-        q.push_bind(now).push(" WHERE id IN (");
-        let mut ids = q.separated(", ");
-        for id in part {
-            ids.push_bind(id);
-        }
-        q.push(")");
-        q.build()
-            .execute(&mut *conn)
-            .await
-            .map_err(Error::db("requeue a group of deliveries"))?;
-    }
-    // Later occurrences: duplicates of what their first occurrence left.
-    let mut out = Vec::with_capacity(group.len());
-    for (i, (d, _)) in group.iter().enumerate() {
-        let outcome = match outcomes[i].take() {
-            Some(o) => o,
-            None => {
-                let at = first.get(d.delivery_id.as_str()).copied().unwrap_or(i);
-                match out.get(at) {
-                    Some(Enqueued::New { job_id } | Enqueued::Requeued { job_id }) => {
-                        Enqueued::Duplicate {
-                            job_id: job_id.clone(),
-                            state: JobState::Queued,
-                        }
-                    }
-                    Some(Enqueued::Duplicate { job_id, state }) => Enqueued::Duplicate {
-                        job_id: job_id.clone(),
-                        state: *state,
-                    },
-                    None => {
-                        return Err(Error::Enqueue {
-                            delivery: d.delivery_id.clone(),
-                            message: "no outcome for its first occurrence".into(),
-                        });
-                    }
-                }
-            }
-        };
-        out.push(outcome);
-    }
-    Ok(out)
-}
-
-/// Most rows in one statement of a batch.
-const MAX_ROWS: usize = 64;
-
-/// `items` in parts of a power of two rows (at most [`MAX_ROWS`]), largest first: a statement's
-/// text depends on its row count, and with a handful of sizes every batch statement stays in
-/// the connection's prepared-statement cache instead of being compiled per group.
-fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
-    let mut rest = items;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let n = MAX_ROWS.min(1 << rest.len().ilog2());
-        let (part, tail) = rest.split_at(n);
-        rest = tail;
-        Some(part)
-    })
-}
-
 /// Store `group` one delivery at a time, each in a savepoint of one transaction, so a
 /// delivery that fails leaves the others stored.
-async fn commit_one_by_one(
-    conn: &mut SqliteConnection,
+fn commit_one_by_one(
+    conn: &mut rusqlite::Connection,
     group: &[Pending],
+    now: i64,
 ) -> Vec<Result<Enqueued>> {
-    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
+    let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => return failed(group, format!("begin: {e}")),
     };
-    let now = now_ms();
     let mut outcomes = Vec::with_capacity(group.len());
     for (d, _) in group {
-        let mut sp = match tx.begin().await {
+        let sp = match tx.savepoint() {
             Ok(sp) => sp,
             Err(e) => return failed(group, format!("savepoint: {e}")),
         };
-        match enqueue_one(&mut sp, d, now).await {
-            Ok(out) => match sp.commit().await {
+        match enqueue_one(&sp, d, now) {
+            Ok(out) => match sp.commit() {
                 Ok(()) => outcomes.push(Ok(out)),
                 Err(e) => return failed(group, format!("release savepoint: {e}")),
             },
-            Err(e) => {
-                if let Err(e) = sp.rollback().await {
-                    return failed(group, format!("roll back a savepoint: {e}"));
-                }
-                outcomes.push(Err(e));
-            }
+            // Dropping the savepoint rolls it back.
+            Err(e) => outcomes.push(Err(e)),
         }
     }
-    match tx.commit().await {
+    match tx.commit() {
         Ok(()) => outcomes,
         Err(e) => failed(group, format!("commit: {e}")),
     }
 }
 
-/// One delivery and its job, inside the caller's transaction (see the module rules).
-async fn enqueue_one(conn: &mut SqliteConnection, d: &NewDelivery, now: i64) -> Result<Enqueued> {
-    sqlx::query(
+/// One delivery and its job, inside the caller's transaction (see the module rules): the
+/// delivery is counted; a new id gets a queued job, a failed job's id requeues it, any other
+/// is a duplicate of its job.
+fn enqueue_one(conn: &rusqlite::Connection, d: &NewDelivery, now: i64) -> Result<Enqueued> {
+    let fail = |what: &str, e: rusqlite::Error| Error::Enqueue {
+        delivery: d.delivery_id.clone(),
+        message: format!("{what}: {e}"),
+    };
+    conn.prepare_cached(
         "INSERT INTO deliveries (delivery_id, event, first_at, last_at, times)
-             VALUES (?, ?, ?, ?, 1)
+             VALUES (?1, ?2, ?3, ?3, 1)
              ON CONFLICT (delivery_id) DO UPDATE SET last_at = excluded.last_at,
                  times = deliveries.times + 1",
     )
-    .bind(&d.delivery_id)
-    .bind(&d.event)
-    .bind(now)
-    .bind(now)
-    .execute(&mut *conn)
-    .await
-    .map_err(Error::db(format!("store delivery {}", d.delivery_id)))?;
-    let existing = sqlx::query("SELECT id, state FROM jobs WHERE delivery_id = ?")
-        .bind(&d.delivery_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(Error::db(format!("look up delivery {}", d.delivery_id)))?;
-    let out = match existing {
-        None => {
-            let job_id = new_id();
-            sqlx::query(
-                "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc,
-                         state, created_at, updated_at)
-                     VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
-            )
-            .bind(&job_id)
-            .bind(&d.delivery_id)
-            .bind(&d.event)
-            .bind(&d.payload)
-            .bind(&d.repo)
-            .bind(&d.lane)
-            .bind(&d.trigger)
-            .bind(now)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(Error::db(format!("queue delivery {}", d.delivery_id)))?;
-            Enqueued::New { job_id }
-        }
-        Some(row) => {
-            let job_id: String = row.try_get("id").map_err(Error::db("read a job"))?;
-            let state: String = row.try_get("state").map_err(Error::db("read a job"))?;
-            let state = state_of(&job_id, &state)?;
-            if state == JobState::Failed {
-                sqlx::query(
-                    "UPDATE jobs SET state = 'queued', cancel_requested = 0,
-                             lease_owner = NULL, lease_until = NULL, updated_at = ?
-                         WHERE id = ?",
-                )
-                .bind(now)
-                .bind(&job_id)
-                .execute(&mut *conn)
-                .await
-                .map_err(Error::db(format!("requeue job {job_id}")))?;
-                Enqueued::Requeued { job_id }
-            } else {
-                Enqueued::Duplicate { job_id, state }
-            }
-        }
+    .and_then(|mut st| st.execute(rusqlite::params![d.delivery_id, d.event, now]))
+    .map_err(|e| fail("store the delivery", e))?;
+    let existing = conn
+        .prepare_cached("SELECT id, state FROM jobs WHERE delivery_id = ?1")
+        .and_then(|mut st| {
+            st.query_row([&d.delivery_id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })
+        })
+        .map_err(|e| fail("look up its job", e))?;
+    let Some((job_id, state)) = existing else {
+        let job_id = new_id();
+        conn.prepare_cached(
+            "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc, state,
+                     created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8)",
+        )
+        .and_then(|mut st| {
+            st.execute(rusqlite::params![
+                job_id,
+                d.delivery_id,
+                d.event,
+                d.payload,
+                d.repo,
+                d.lane,
+                d.trigger,
+                now
+            ])
+        })
+        .map_err(|e| fail("queue its job", e))?;
+        return Ok(Enqueued::New { job_id });
     };
-    Ok(out)
+    let state = state_of(&job_id, &state)?;
+    if state != JobState::Failed {
+        return Ok(Enqueued::Duplicate { job_id, state });
+    }
+    conn.prepare_cached(
+        "UPDATE jobs SET state = 'queued', cancel_requested = 0, lease_owner = NULL,
+                 lease_until = NULL, updated_at = ?1
+             WHERE id = ?2",
+    )
+    .and_then(|mut st| st.execute(rusqlite::params![now, job_id]))
+    .map_err(|e| fail("requeue its job", e))?;
+    Ok(Enqueued::Requeued { job_id })
 }
 
 fn schema_err(path: &Path, source: sqlx::Error) -> Error {
@@ -972,8 +812,8 @@ mod tests {
             .into_iter()
             .map(|id| (delivery(id), oneshot::channel().0))
             .collect();
-        let mut conn = store.pool.acquire().await.unwrap();
-        let out = commit_group(&mut conn, &group).await;
+        let mut conn = open_raw(&dir.path().join("serve.db"), "FULL").unwrap();
+        let out = commit_group(&mut conn, &group);
         drop(conn);
         assert!(matches!(out[0], Ok(Enqueued::New { .. })), "{:?}", out[0]);
         assert!(out[1].is_err(), "{:?}", out[1]);
@@ -1019,21 +859,6 @@ mod tests {
         assert_eq!(second, std::fs::metadata(&wal).unwrap().ino());
     }
 
-    #[test]
-    fn batch_parts_are_powers_of_two_at_most_max_rows() {
-        let sizes = |n: usize| -> Vec<usize> {
-            let v: Vec<usize> = (0..n).collect();
-            let parts: Vec<usize> = chunks(&v).map(<[usize]>::len).collect();
-            assert_eq!(parts.iter().sum::<usize>(), n);
-            parts
-        };
-        assert_eq!(sizes(0), Vec::<usize>::new());
-        assert_eq!(sizes(1), [1]);
-        assert_eq!(sizes(7), [4, 2, 1]);
-        assert_eq!(sizes(64), [64]);
-        assert_eq!(sizes(200), [64, 64, 64, 8]);
-    }
-
     #[tokio::test]
     async fn payloads_are_stored_compressed_and_read_back_whole() {
         let dir = tempfile::tempdir().unwrap();
@@ -1061,9 +886,10 @@ mod tests {
         assert_eq!(read.payload, d.payload);
     }
 
-    /// The batch path gives each delivery the outcome storing them one by one would.
+    /// A group in one transaction gives each delivery the outcome storing them one by one
+    /// would: a repeated id inside the group is a duplicate of its first occurrence.
     #[tokio::test]
-    async fn a_group_in_one_batch_has_the_outcomes_of_one_by_one() {
+    async fn a_group_in_one_transaction_has_the_outcomes_of_one_by_one() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("serve.db"))
             .await
@@ -1086,9 +912,11 @@ mod tests {
             .into_iter()
             .map(|id| (delivery(id), oneshot::channel().0))
             .collect();
-        let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
-        let out = commit_batch(&mut tx, &group, now_ms()).await.unwrap();
-        tx.commit().await.unwrap();
+        let mut conn = open_raw(&dir.path().join("serve.db"), "FULL").unwrap();
+        let out: Vec<Enqueued> = commit_group(&mut conn, &group)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
         let Enqueued::New { job_id: n } = &out[0] else {
             panic!("{out:?}")
         };
