@@ -431,3 +431,67 @@ async fn sqlite_store_survives_reopen() {
     let job = store.job(id.job_id()).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Queued);
 }
+
+/// A CA file named by `var` (set by `.ci/setup/postgres.sh`); the test fails when it is not.
+fn pg_ca(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run .ci/run, or source .ci/setup/postgres.sh")
+    })
+}
+
+/// `url` with `params` added to its query string.
+fn with_params(url: &str, params: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{params}")
+}
+
+// Guards TLS to Postgres (the way `serve` reaches a shared database on another machine):
+// `sslmode=require` connects encrypted — without TLS built in it was refused — and
+// `verify-full` trusts the server under its CA and refuses it under another.
+#[tokio::test]
+async fn postgres_over_tls_is_encrypted_and_the_server_is_verified() {
+    use sqlx::Connection as _;
+    let url = pg_fresh_url().await;
+    let required = with_params(&url, "sslmode=require");
+    let store = PostgresStore::connect(&required)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let first = store.enqueue(&delivery("tls-1", None)).await.unwrap();
+    assert!(matches!(first, Enqueued::New { .. }), "{first:?}");
+    let mut conn = sqlx::PgConnection::connect(&required).await.unwrap();
+    let (ssl,): (bool,) =
+        sqlx::query_as("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(ssl, "the server sees a plain connection");
+
+    let verified = with_params(
+        &url,
+        &format!(
+            "sslmode=verify-full&sslrootcert={}",
+            pg_ca("GIT_AGENT_TEST_DATABASE_CA")
+        ),
+    );
+    let store = PostgresStore::connect(&verified)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(store.delivery_count().await.unwrap(), 1);
+
+    let other = with_params(
+        &url,
+        &format!(
+            "sslmode=verify-full&sslrootcert={}",
+            pg_ca("GIT_AGENT_TEST_DATABASE_OTHER_CA")
+        ),
+    );
+    let Err(refused) = PostgresStore::connect(&other).await else {
+        panic!("a server certificate from another CA was trusted");
+    };
+    let text = format!("{refused:#}");
+    assert!(text.contains("connect to"), "{text}");
+    assert!(
+        !text.contains("git_agent_test:git_agent_test"),
+        "password shown: {text}"
+    );
+}
