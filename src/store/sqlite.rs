@@ -234,7 +234,7 @@ impl SqliteStore {
 /// copy (and the fsync it ends with) is small — 500 ms let a copy stall commits for ~400 ms.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
-/// A connection of the store's own threads to the database at `path` (its schema is made),
+/// A connection of the store's own threads to the database at `path` (its schema made already),
 /// set up as every connection of the store: `synchronous=FULL`, foreign keys on, automatic
 /// checkpoints off.
 fn open_raw(path: &Path) -> Result<rusqlite::Connection> {
