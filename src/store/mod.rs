@@ -247,7 +247,7 @@ pub trait Store: Send + Sync {
     async fn recent(&self, limit: u32) -> Result<Vec<Job>>;
     /// Jobs counted by state.
     async fn counts(&self) -> Result<StateCounts>;
-    /// Deliveries stored in total.
+    /// Deliveries stored (by delivery id: copies of one delivery count once).
     async fn delivery_count(&self) -> Result<u64>;
 }
 

@@ -19,17 +19,11 @@ use super::{
 /// Serializes schema creation between processes starting at once.
 const SCHEMA_LOCK: i64 = 0x6769_7461_6765_6e74; // "gitagent"
 
+/// The same queue as SQLite's (see `sqlite::JOBS_TABLE`): one row a delivery id.
 const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS deliveries (
-        delivery_id TEXT PRIMARY KEY,
-        event TEXT NOT NULL,
-        first_at BIGINT NOT NULL,
-        last_at BIGINT NOT NULL,
-        times BIGINT NOT NULL
-    )",
     "CREATE TABLE IF NOT EXISTS jobs (
         id TEXT PRIMARY KEY,
-        delivery_id TEXT NOT NULL UNIQUE REFERENCES deliveries(delivery_id),
+        delivery_id TEXT NOT NULL UNIQUE,
         event TEXT NOT NULL,
         payload BYTEA NOT NULL,
         repo TEXT,
@@ -48,8 +42,22 @@ const SCHEMA: &[&str] = &[
         lease_until BIGINT,
         created_at BIGINT NOT NULL,
         updated_at BIGINT NOT NULL,
-        duration_ms BIGINT
+        duration_ms BIGINT,
+        deliveries BIGINT NOT NULL DEFAULT 1,
+        last_delivery_at BIGINT NOT NULL
     )",
+    // A database made before deliveries were merged into jobs: the counts move over from the
+    // `deliveries` table, which goes (with the reference to it) once they have.
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS deliveries BIGINT NOT NULL DEFAULT 1",
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS last_delivery_at BIGINT NOT NULL DEFAULT 0",
+    "DO $$ BEGIN
+        IF to_regclass('deliveries') IS NOT NULL THEN
+            UPDATE jobs SET deliveries = d.times, last_delivery_at = d.last_at
+                FROM deliveries d WHERE d.delivery_id = jobs.delivery_id;
+            UPDATE jobs SET last_delivery_at = created_at WHERE last_delivery_at = 0;
+            DROP TABLE deliveries CASCADE;
+        END IF;
+    END $$",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created_at, id)",
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_running_per_lane ON jobs(lane)
         WHERE state = 'running' AND lane IS NOT NULL",
@@ -101,26 +109,19 @@ impl Store for PostgresStore {
             .begin()
             .await
             .map_err(Error::db("begin a delivery"))?;
-        sqlx::query(
-            "INSERT INTO deliveries (delivery_id, event, first_at, last_at, times)
-             VALUES ($1, $2, $3, $3, 1)
-             ON CONFLICT (delivery_id) DO UPDATE SET last_at = EXCLUDED.last_at,
-                 times = deliveries.times + 1",
-        )
-        .bind(&d.delivery_id)
-        .bind(&d.event)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::db(format!("store delivery {}", d.delivery_id)))?;
-        let job_id = new_id();
-        let inserted = sqlx::query(
+        // The upsert returns the row it wrote: the fresh id only when it is new. On a copy it
+        // holds the job's row lock to the commit, so the requeue below is not raced by
+        // another copy of the same delivery.
+        let fresh = new_id();
+        let row = sqlx::query(
             "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc,
-                 state, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $8)
-             ON CONFLICT (delivery_id) DO NOTHING",
+                 state, created_at, updated_at, deliveries, last_delivery_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $8, 1, $8)
+             ON CONFLICT (delivery_id) DO UPDATE SET deliveries = jobs.deliveries + 1,
+                 last_delivery_at = EXCLUDED.last_delivery_at
+             RETURNING id, state",
         )
-        .bind(&job_id)
+        .bind(&fresh)
         .bind(&d.delivery_id)
         .bind(&d.event)
         .bind(pack_payload(&d.payload))
@@ -128,20 +129,13 @@ impl Store for PostgresStore {
         .bind(&d.lane)
         .bind(&d.trigger)
         .bind(now)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(Error::db(format!("queue delivery {}", d.delivery_id)))?;
-        let out = if inserted.rows_affected() == 1 {
+        let job_id: String = row.try_get("id").map_err(Error::db("read a job"))?;
+        let out = if job_id == fresh {
             Enqueued::New { job_id }
         } else {
-            // The delivery row's upsert above holds its lock, so this read and the requeue
-            // below are not raced by another copy of the same delivery.
-            let row = sqlx::query("SELECT id, state FROM jobs WHERE delivery_id = $1 FOR UPDATE")
-                .bind(&d.delivery_id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(Error::db(format!("look up delivery {}", d.delivery_id)))?;
-            let job_id: String = row.try_get("id").map_err(Error::db("read a job"))?;
             let state: String = row.try_get("state").map_err(Error::db("read a job"))?;
             let state = state_of(&job_id, &state)?;
             if state == JobState::Failed {
@@ -344,7 +338,7 @@ impl Store for PostgresStore {
     }
 
     async fn delivery_count(&self) -> Result<u64> {
-        let row = sqlx::query("SELECT COUNT(*) FROM deliveries")
+        let row = sqlx::query("SELECT COUNT(*) FROM jobs")
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("count deliveries"))?;

@@ -97,17 +97,15 @@ macro_rules! job_of {
 }
 pub(crate) use job_of;
 
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS deliveries (
-        delivery_id TEXT PRIMARY KEY,
-        event TEXT NOT NULL,
-        first_at INTEGER NOT NULL,
-        last_at INTEGER NOT NULL,
-        times INTEGER NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS jobs (
+/// The queue: one row a delivery id, its job. A job's `deliveries` counts the copies of its
+/// delivery received and `last_delivery_at` says when the last came.
+///
+/// (Deliveries had a table of their own, which every job referenced: a second row, a second
+/// index on the random delivery id and a second statement for each delivery. One table is
+/// the same facts in one upsert; [`merge_deliveries_into_jobs`] moves older files over.)
+const JOBS_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobs (
         id TEXT PRIMARY KEY,
-        delivery_id TEXT NOT NULL UNIQUE REFERENCES deliveries(delivery_id),
+        delivery_id TEXT NOT NULL UNIQUE,
         event TEXT NOT NULL,
         payload BLOB NOT NULL,
         repo TEXT,
@@ -126,13 +124,56 @@ const SCHEMA: &[&str] = &[
         lease_until INTEGER,
         created_at INTEGER NOT NULL,
         updated_at INTEGER NOT NULL,
-        duration_ms INTEGER
-    )",
+        duration_ms INTEGER,
+        deliveries INTEGER NOT NULL DEFAULT 1,
+        last_delivery_at INTEGER NOT NULL
+    )";
+
+const INDEXES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created_at, id)",
     // One running job per lane, whoever claims it: the per-PR limit holds across processes.
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_running_per_lane ON jobs(lane)
         WHERE state = 'running' AND lane IS NOT NULL",
 ];
+
+/// A file made before deliveries were merged into jobs has a `deliveries` table, which `jobs`
+/// references: SQLite cannot drop that reference in place, so `jobs` is built again with the
+/// counts of its deliveries, inside the caller's transaction (all of it or none of it).
+async fn merge_deliveries_into_jobs(conn: &mut sqlx::SqliteConnection) -> sqlx::Result<()> {
+    let old: Option<(i64,)> =
+        sqlx::query_as("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deliveries'")
+            .fetch_optional(&mut *conn)
+            .await?;
+    if old.is_none() {
+        return Ok(());
+    }
+    let merged = JOBS_TABLE.replacen("jobs (", "jobs_merged (", 1);
+    let copy = concat!(
+        "INSERT INTO jobs_merged (",
+        job_cols!(),
+        ", deliveries, last_delivery_at) SELECT ",
+        job_cols!(),
+        ", COALESCE((SELECT d.times FROM deliveries d WHERE d.delivery_id = jobs.delivery_id), 1),
+           COALESCE((SELECT d.last_at FROM deliveries d WHERE d.delivery_id = jobs.delivery_id),
+                    created_at)
+         FROM jobs"
+    );
+    for stmt in [
+        merged.as_str(),
+        copy,
+        // `jobs` goes first: it references `deliveries`. Its indexes go with it and are made
+        // again on the new table by the caller.
+        "DROP TABLE jobs",
+        "DROP TABLE deliveries",
+        "ALTER TABLE jobs_merged RENAME TO jobs",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(stmt))
+            .execute(&mut *conn)
+            .await?;
+    }
+    tracing::info!("merged the deliveries table into jobs");
+    Ok(())
+}
 
 /// Most deliveries committed in one transaction.
 const MAX_GROUP: usize = 256;
@@ -182,7 +223,14 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|source| schema_err(path, source))?;
-        for stmt in SCHEMA {
+        sqlx::query(JOBS_TABLE)
+            .execute(&mut *tx)
+            .await
+            .map_err(|source| schema_err(path, source))?;
+        merge_deliveries_into_jobs(&mut tx)
+            .await
+            .map_err(|source| schema_err(path, source))?;
+        for stmt in INDEXES {
             sqlx::query(*stmt)
                 .execute(&mut *tx)
                 .await
@@ -378,45 +426,30 @@ fn commit_one_by_one(
     }
 }
 
-/// One delivery and its job, inside the caller's transaction (see the module rules): the
-/// delivery is counted; a new id gets a queued job, a failed job's id requeues it, any other
-/// is a duplicate of its job.
+/// One delivery and its job, inside the caller's transaction (see the module rules): a new
+/// delivery id gets a queued job; a copy of a known one is counted on its job, and requeues
+/// that job if it failed; any other copy is a duplicate of its job.
+///
+/// One insert in the common case. (Not one upsert with `RETURNING`: on a table with several
+/// unique indexes SQLite gives such a statement a statement journal, a temp file written
+/// with every page the statement changes — ~1,200 `pwrite`s a commit, a quarter of the
+/// receiver's throughput.)
 fn enqueue_one(conn: &rusqlite::Connection, d: &NewDelivery, now: i64) -> Result<Enqueued> {
     let fail = |what: &str, e: rusqlite::Error| Error::Enqueue {
         delivery: d.delivery_id.clone(),
         message: format!("{what}: {e}"),
     };
-    conn.prepare_cached(
-        "INSERT INTO deliveries (delivery_id, event, first_at, last_at, times)
-             VALUES (?1, ?2, ?3, ?3, 1)
-             ON CONFLICT (delivery_id) DO UPDATE SET last_at = excluded.last_at,
-                 times = deliveries.times + 1",
-    )
-    .and_then(|mut st| st.execute(rusqlite::params![d.delivery_id, d.event, now]))
-    .map_err(|e| fail("store the delivery", e))?;
-    let existing = conn
-        .prepare_cached("SELECT id, state FROM jobs WHERE delivery_id = ?1")
-        .and_then(|mut st| {
-            st.query_row([&d.delivery_id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })
-        })
-        .map_err(|e| fail("look up its job", e))?;
-    let Some((job_id, state)) = existing else {
-        let job_id = new_id();
-        conn.prepare_cached(
+    let fresh = new_id();
+    let inserted = conn
+        .prepare_cached(
             "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc, state,
-                     created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8)",
+                     created_at, updated_at, deliveries, last_delivery_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, 1, ?8)
+                 ON CONFLICT (delivery_id) DO NOTHING",
         )
         .and_then(|mut st| {
             st.execute(rusqlite::params![
-                job_id,
+                fresh,
                 d.delivery_id,
                 d.event,
                 d.payload,
@@ -427,8 +460,21 @@ fn enqueue_one(conn: &rusqlite::Connection, d: &NewDelivery, now: i64) -> Result
             ])
         })
         .map_err(|e| fail("queue its job", e))?;
-        return Ok(Enqueued::New { job_id });
-    };
+    if inserted == 1 {
+        return Ok(Enqueued::New { job_id: fresh });
+    }
+    let (job_id, state) = conn
+        .prepare_cached(
+            "UPDATE jobs SET deliveries = deliveries + 1, last_delivery_at = ?1
+                 WHERE delivery_id = ?2
+                 RETURNING id, state",
+        )
+        .and_then(|mut st| {
+            st.query_row(rusqlite::params![now, d.delivery_id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+        })
+        .map_err(|e| fail("count a copy on its job", e))?;
     let state = state_of(&job_id, &state)?;
     if state != JobState::Failed {
         return Ok(Enqueued::Duplicate { job_id, state });
@@ -656,7 +702,7 @@ impl Store for SqliteStore {
     }
 
     async fn delivery_count(&self) -> Result<u64> {
-        let row = sqlx::query("SELECT COUNT(*) FROM deliveries")
+        let row = sqlx::query("SELECT COUNT(*) FROM jobs")
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("count deliveries"))?;
@@ -697,6 +743,123 @@ mod tests {
             lane: Some(format!("o/r#{id}")),
             trigger: "issues.labeled".into(),
         }
+    }
+
+    /// The schema before deliveries were merged into jobs, as files made then have it.
+    const SCHEMA_BEFORE_MERGE: &str = "
+        CREATE TABLE deliveries (
+            delivery_id TEXT PRIMARY KEY,
+            event TEXT NOT NULL,
+            first_at INTEGER NOT NULL,
+            last_at INTEGER NOT NULL,
+            times INTEGER NOT NULL
+        );
+        CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            delivery_id TEXT NOT NULL UNIQUE REFERENCES deliveries(delivery_id),
+            event TEXT NOT NULL,
+            payload BLOB NOT NULL,
+            repo TEXT,
+            lane TEXT,
+            trigger_desc TEXT NOT NULL,
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            run_id TEXT,
+            run_state TEXT,
+            pr_url TEXT,
+            report TEXT,
+            detail TEXT,
+            spend_usd REAL NOT NULL DEFAULT 0,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_until INTEGER,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            duration_ms INTEGER
+        );
+        CREATE INDEX jobs_by_state ON jobs(state, created_at, id);
+        CREATE UNIQUE INDEX jobs_one_running_per_lane ON jobs(lane)
+            WHERE state = 'running' AND lane IS NOT NULL;
+        INSERT INTO deliveries VALUES ('a', 'issues', 10, 30, 2), ('b', 'issues', 20, 20, 1);
+        INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc, state,
+                attempts, pr_url, created_at, updated_at)
+            VALUES ('ja', 'a', 'issues', x'7b7d', 'o/r', 'o/r#1', 'label', 'failed', 1, NULL,
+                    10, 40),
+                   ('jb', 'b', 'issues', x'7b7d', 'o/r', 'o/r#2', 'label', 'succeeded', 1,
+                    'https://github.com/o/r/pull/3', 20, 50);
+    ";
+
+    /// A file made before the merge opens with its jobs and their delivery counts kept, and
+    /// the redelivery rules hold for them as before.
+    #[tokio::test]
+    async fn an_older_file_has_its_deliveries_merged_into_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.db");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "wal").unwrap();
+        conn.execute_batch(SCHEMA_BEFORE_MERGE).unwrap();
+        drop(conn);
+
+        let store = SqliteStore::open(&path).await.unwrap();
+        let tables: Vec<(String,)> =
+            sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .fetch_all(&store.pool)
+                .await
+                .unwrap();
+        assert_eq!(tables, [("jobs".to_string(),)]);
+        let merged: Vec<(String, String, i64, i64)> = sqlx::query_as(
+            "SELECT id, delivery_id, deliveries, last_delivery_at FROM jobs ORDER BY id",
+        )
+        .fetch_all(&store.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            merged,
+            [
+                ("ja".into(), "a".into(), 2, 30),
+                ("jb".into(), "b".into(), 1, 20)
+            ]
+        );
+        let jb = store.job("jb").await.unwrap().unwrap();
+        assert_eq!(jb.state, JobState::Succeeded);
+        assert_eq!(jb.pr_url.as_deref(), Some("https://github.com/o/r/pull/3"));
+        assert_eq!(jb.payload, b"{}");
+        assert_eq!(
+            store.enqueue(&delivery("a")).await.unwrap(),
+            Enqueued::Requeued {
+                job_id: "ja".into()
+            }
+        );
+        assert_eq!(
+            store.enqueue(&delivery("b")).await.unwrap(),
+            Enqueued::Duplicate {
+                job_id: "jb".into(),
+                state: JobState::Succeeded
+            }
+        );
+        assert!(matches!(
+            store.enqueue(&delivery("c")).await.unwrap(),
+            Enqueued::New { .. }
+        ));
+        assert_eq!(store.delivery_count().await.unwrap(), 3);
+        let (times,): (i64,) = sqlx::query_as("SELECT deliveries FROM jobs WHERE id = 'ja'")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(times, 3);
+        // The indexes are there again, on the new table.
+        let (indexes,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'
+                 AND name IN ('jobs_by_state', 'jobs_one_running_per_lane')",
+        )
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+        assert_eq!(indexes, 2);
+        // Opening again finds nothing left to merge.
+        drop(store);
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.delivery_count().await.unwrap(), 3);
     }
 
     /// A new database file gets [`PAGE_SIZE`] pages; a file made before (4 KiB pages, in WAL
@@ -885,7 +1048,7 @@ mod tests {
         );
         assert_eq!(store.job(n).await.unwrap().unwrap().payload, b"{}".to_vec());
         let times: Vec<(String, i64)> =
-            sqlx::query_as("SELECT delivery_id, times FROM deliveries ORDER BY delivery_id")
+            sqlx::query_as("SELECT delivery_id, deliveries FROM jobs ORDER BY delivery_id")
                 .fetch_all(&store.pool)
                 .await
                 .unwrap();

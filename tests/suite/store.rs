@@ -432,6 +432,87 @@ async fn sqlite_store_survives_reopen() {
     assert_eq!(job.state, JobState::Queued);
 }
 
+/// A Postgres database made before deliveries were merged into jobs: its jobs keep their
+/// delivery counts, the old table goes, and the redelivery rules hold for the old jobs.
+#[tokio::test]
+async fn postgres_database_before_the_merge_keeps_its_jobs() {
+    let url = pg_fresh_url().await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    for stmt in [
+        "CREATE TABLE deliveries (
+            delivery_id TEXT PRIMARY KEY,
+            event TEXT NOT NULL,
+            first_at BIGINT NOT NULL,
+            last_at BIGINT NOT NULL,
+            times BIGINT NOT NULL
+        )",
+        "CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            delivery_id TEXT NOT NULL UNIQUE REFERENCES deliveries(delivery_id),
+            event TEXT NOT NULL,
+            payload BYTEA NOT NULL,
+            repo TEXT,
+            lane TEXT,
+            trigger_desc TEXT NOT NULL,
+            state TEXT NOT NULL,
+            attempts BIGINT NOT NULL DEFAULT 0,
+            run_id TEXT,
+            run_state TEXT,
+            pr_url TEXT,
+            report TEXT,
+            detail TEXT,
+            spend_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            cancel_requested BIGINT NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_until BIGINT,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            duration_ms BIGINT
+        )",
+        "INSERT INTO deliveries VALUES ('a', 'issues', 10, 30, 2), ('b', 'issues', 20, 20, 1)",
+        "INSERT INTO jobs (id, delivery_id, event, payload, trigger_desc, state, created_at,
+             updated_at)
+         VALUES ('ja', 'a', 'issues', '\\x7b7d', 'label', 'failed', 10, 40),
+                ('jb', 'b', 'issues', '\\x7b7d', 'label', 'succeeded', 20, 50)",
+    ] {
+        sqlx::query(stmt).execute(&pool).await.unwrap();
+    }
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let (old,): (Option<String>,) = sqlx::query_as("SELECT to_regclass('deliveries')::text")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(old, None, "the deliveries table is still there");
+    let merged: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT id, deliveries, last_delivery_at FROM jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(merged, [("ja".into(), 2, 30), ("jb".into(), 1, 20)]);
+    assert_eq!(store.job("jb").await.unwrap().unwrap().payload, b"{}");
+    assert_eq!(
+        store.enqueue(&delivery("a", None)).await.unwrap(),
+        Enqueued::Requeued {
+            job_id: "ja".into()
+        }
+    );
+    assert_eq!(
+        store.enqueue(&delivery("b", None)).await.unwrap(),
+        Enqueued::Duplicate {
+            job_id: "jb".into(),
+            state: JobState::Succeeded
+        }
+    );
+    assert_eq!(store.delivery_count().await.unwrap(), 2);
+    // A second process starting on the merged database finds nothing to do.
+    let again = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(again.delivery_count().await.unwrap(), 2);
+}
+
 /// A CA file named by `var` (set by `.ci/setup/postgres.sh`); the test fails when it is not.
 fn pg_ca(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| {
