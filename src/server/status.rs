@@ -17,8 +17,8 @@ use crate::store::Job;
 const RECENT: u32 = 100;
 
 pub(super) async fn healthz(State(st): State<AppState>) -> Response {
-    match st.store.counts().await {
-        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+    match st.store.health().await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
         Err(e) => {
             tracing::error!(error = %e, "healthz: store unavailable");
             (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response()

@@ -60,6 +60,10 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// The SQLite delivery writer's thread is gone (only a panic ends it while the store is
+    /// open): no delivery can be stored until the process restarts.
+    #[error("the SQLite delivery writer has stopped; restart the server")]
+    WriterStopped,
     /// A stored payload could not be decompressed.
     #[error("job {job}: stored payload is corrupt: {message}")]
     CorruptPayload {

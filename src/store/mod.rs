@@ -247,6 +247,9 @@ pub trait Store: Send + Sync {
     async fn recent(&self, limit: u32) -> Result<Vec<Job>>;
     /// Jobs counted by state.
     async fn counts(&self) -> Result<StateCounts>;
+    /// Whether deliveries can be stored now (for `/healthz`): the database answers, and
+    /// SQLite's delivery writer is running.
+    async fn health(&self) -> Result<()>;
     /// Deliveries stored (by delivery id: copies of one delivery count once).
     async fn delivery_count(&self) -> Result<u64>;
 }

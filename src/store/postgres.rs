@@ -337,6 +337,14 @@ impl Store for PostgresStore {
         counts_of(&rows)
     }
 
+    async fn health(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("reach the database"))?;
+        Ok(())
+    }
+
     async fn delivery_count(&self) -> Result<u64> {
         let row = sqlx::query("SELECT COUNT(*) FROM jobs")
             .fetch_one(&self.pool)

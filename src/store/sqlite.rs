@@ -717,6 +717,17 @@ impl Store for SqliteStore {
         counts_of(&rows)
     }
 
+    async fn health(&self) -> Result<()> {
+        if self.deliveries.is_closed() {
+            return Err(Error::WriterStopped);
+        }
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("reach the database"))?;
+        Ok(())
+    }
+
     async fn delivery_count(&self) -> Result<u64> {
         let row = sqlx::query("SELECT COUNT(*) FROM jobs")
             .fetch_one(&self.pool)
@@ -917,6 +928,23 @@ mod tests {
         }
         assert!(size <= LIMIT, "the WAL is still {size} bytes (was {grown})");
         assert_eq!(store.delivery_count().await.unwrap(), 200 + after);
+    }
+
+    /// When the writer's thread is gone (its end of the channel dropped, as a panic would),
+    /// the store says so to `/healthz` and refuses deliveries with a clear error.
+    #[tokio::test]
+    async fn a_stopped_writer_is_unhealthy() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(&dir.path().join("serve.db"))
+            .await
+            .unwrap();
+        store.health().await.unwrap();
+        let (gone, writer_end) = mpsc::channel(1);
+        drop(writer_end);
+        store.deliveries = gone;
+        assert!(matches!(store.health().await, Err(Error::WriterStopped)));
+        let err = store.enqueue(&delivery("x")).await.unwrap_err();
+        assert!(err.to_string().contains("writer has stopped"), "{err}");
     }
 
     /// A new database file gets [`PAGE_SIZE`] pages; a file made before (4 KiB pages, in WAL
