@@ -22,7 +22,9 @@
 //! from the two receivers (the way `wrk` would) — with a fixed
 //! body — a real `issues.labeled` payload, GitHub's own example from
 //! `@octokit/webhooks-examples` — signed once, and a fresh `X-GitHub-Delivery` per request, so
-//! every delivery to ours is a new job. Closed loop: C connections each sending the next
+//! every delivery to ours is a new job. The ids increase, as GitHub's time-based (version 1)
+//! UUIDs do; random ids would cost ours more (each dirties a page of the delivery-id index:
+//! ~18% fewer deliveries a second, measured once at 64 and 256 connections). Closed loop: C connections each sending the next
 //! request when the last is answered, for a few C. Open loop: a fixed schedule of R requests
 //! a second, each request's latency measured from its intended send time (so a stalled server
 //! is not hidden by a stalled sender). Every measurement of ours is followed by the peer's

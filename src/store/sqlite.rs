@@ -217,8 +217,7 @@ impl SqliteStore {
             // would otherwise wait for the copy and its fsync.
             .pragma("wal_autocheckpoint", "0")
             .busy_timeout(Duration::from_secs(30))
-            .foreign_keys(true)
-            .page_size(PAGE_SIZE);
+            .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(opts.clone())
@@ -287,14 +286,8 @@ impl SqliteStore {
 /// How often the background checkpointer copies the WAL into the database file. Each copy ends
 /// with an fsync of the database file, which competes with the commits' fsyncs of the WAL, and
 /// a page written by many commits (the tail of every index) is copied once a checkpoint: every
-/// 50 ms, bench-webhook's receiver was ~15% slower and its p99 at 256 connections 2–3× longer.
+/// 50 ms, bench-webhook's p99 at 256 connections was 52–159 ms in four runs, 35–46 ms after.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
-
-/// The page size of a new database file (SQLite's default is 4 KiB; an existing file keeps
-/// its own). A stored delivery is ~3 KiB (its payload compressed), so at 4 KiB each one took a
-/// page of its own, and a commit wrote two `pwrite`s a page to the WAL — as much time as its
-/// fsync. At 16 KiB a group of deliveries shares pages and the WAL gets ~4× fewer writes.
-const PAGE_SIZE: u32 = 16 * 1024;
 
 /// The size a WAL file is cut back to when SQLite starts it over. SQLite starts the WAL over
 /// when a write begins with every frame already copied into the database; under steady load
@@ -947,38 +940,6 @@ mod tests {
         assert!(err.to_string().contains("writer has stopped"), "{err}");
     }
 
-    /// A new database file gets [`PAGE_SIZE`] pages; a file made before (4 KiB pages, in WAL
-    /// mode) keeps its own page size and works as before.
-    #[tokio::test]
-    async fn new_files_get_large_pages_and_old_files_keep_theirs() {
-        let dir = tempfile::tempdir().unwrap();
-        let page_size = |path: &Path| {
-            rusqlite::Connection::open(path)
-                .unwrap()
-                .query_row("PRAGMA page_size", [], |r| r.get::<_, u32>(0))
-                .unwrap()
-        };
-        let new = dir.path().join("new.db");
-        let store = SqliteStore::open(&new).await.unwrap();
-        store.enqueue(&delivery("n")).await.unwrap();
-        assert_eq!(page_size(&new), PAGE_SIZE);
-
-        let old = dir.path().join("old.db");
-        let conn = rusqlite::Connection::open(&old).unwrap();
-        conn.pragma_update(None, "page_size", 4096).unwrap();
-        conn.pragma_update(None, "journal_mode", "wal").unwrap();
-        conn.execute_batch("CREATE TABLE t (x)").unwrap();
-        drop(conn);
-        let store = SqliteStore::open(&old).await.unwrap();
-        let Enqueued::New { job_id } = store.enqueue(&delivery("o")).await.unwrap() else {
-            panic!("not a new job");
-        };
-        assert_eq!(store.job(&job_id).await.unwrap().unwrap().delivery_id, "o");
-        assert_eq!(page_size(&old), 4096);
-    }
-
-    /// With automatic checkpoints off, only the background checkpointer moves committed
-    /// deliveries from the WAL into the database file.
     #[tokio::test]
     async fn the_background_checkpointer_moves_the_wal_into_the_database() {
         let dir = tempfile::tempdir().unwrap();
