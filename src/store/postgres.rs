@@ -47,11 +47,13 @@ const SCHEMA: &[&str] = &[
         last_delivery_at BIGINT NOT NULL
     )",
     // A database made before deliveries were merged into jobs: the counts move over from the
-    // `deliveries` table, which goes (with the reference to it) once they have.
-    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS deliveries BIGINT NOT NULL DEFAULT 1",
-    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS last_delivery_at BIGINT NOT NULL DEFAULT 0",
+    // `deliveries` table, which goes (with the reference to it) once they have. Only then is
+    // `jobs` altered: `ALTER TABLE` locks it against every other process's claims, even when
+    // the column is there already.
     "DO $$ BEGIN
         IF to_regclass('deliveries') IS NOT NULL THEN
+            ALTER TABLE jobs ADD COLUMN IF NOT EXISTS deliveries BIGINT NOT NULL DEFAULT 1;
+            ALTER TABLE jobs ADD COLUMN IF NOT EXISTS last_delivery_at BIGINT NOT NULL DEFAULT 0;
             UPDATE jobs SET deliveries = d.times, last_delivery_at = d.last_at
                 FROM deliveries d WHERE d.delivery_id = jobs.delivery_id;
             UPDATE jobs SET last_delivery_at = created_at WHERE last_delivery_at = 0;

@@ -101,8 +101,9 @@ pub(crate) use job_of;
 /// delivery received and `last_delivery_at` says when the last came.
 ///
 /// (Deliveries had a table of their own, which every job referenced: a second row, a second
-/// index on the random delivery id and a second statement for each delivery. One table is
-/// the same facts in one upsert; [`merge_deliveries_into_jobs`] moves older files over.)
+/// index on the delivery id and more statements for each delivery. One table holds the same
+/// facts and a new delivery is one insert; [`merge_deliveries_into_jobs`] moves older files
+/// over.)
 const JOBS_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobs (
         id TEXT PRIMARY KEY,
         delivery_id TEXT NOT NULL UNIQUE,
@@ -303,7 +304,7 @@ const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// checkpoints off; a WAL started over is cut back to `wal_limit` bytes.
 fn open_raw(path: &Path, wal_limit: i64) -> Result<rusqlite::Connection> {
     let fail = |source| Error::Sqlite {
-        what: format!("open {} for the store's writer", path.display()),
+        what: format!("open {} for the store's own threads", path.display()),
         source,
     };
     let conn = rusqlite::Connection::open_with_flags(
@@ -343,14 +344,7 @@ fn checkpoints(conn: &rusqlite::Connection, alive: &mpsc::WeakSender<Pending>) {
 /// transaction on the writer's connection; each caller is answered once it is committed.
 fn commit_groups(mut conn: rusqlite::Connection, mut rx: mpsc::Receiver<Pending>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
-    while let Some(first) = rx.blocking_recv() {
-        group.push(first);
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(next) => group.push(next),
-                Err(_) => break,
-            }
-        }
+    while rx.blocking_recv_many(&mut group, MAX_GROUP) > 0 {
         let outcomes = commit_group(&mut conn, &group);
         for ((_, reply), outcome) in group.drain(..).zip(outcomes) {
             // A caller that went away (its request was dropped) needs no answer.
@@ -361,7 +355,8 @@ fn commit_groups(mut conn: rusqlite::Connection, mut rx: mpsc::Receiver<Pending>
 
 /// Store `group` in one transaction; one outcome per delivery, in order.
 ///
-/// Each delivery is a few prepared statements run on this thread (no hand-off per statement).
+/// Each delivery's statements ([`enqueue_one`]) are prepared once and run on this thread (no
+/// hand-off per statement).
 /// If one fails (a constraint or trigger refusing it), the transaction is rolled back and the
 /// group is stored again with each delivery in a savepoint of its own ([`commit_one_by_one`]),
 /// so one bad delivery is refused alone.
