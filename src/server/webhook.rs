@@ -13,6 +13,8 @@ use super::AppState;
 use super::signature;
 use crate::store::{Enqueued, NewDelivery};
 use crate::trigger::command::{self, Command};
+use crate::trigger::fields;
+use serde::Deserialize as _;
 
 /// Largest delivery accepted: GitHub caps payloads at 25 MB and drops larger ones.
 pub const MAX_BODY: usize = 25 * 1024 * 1024;
@@ -154,23 +156,30 @@ pub(super) async fn receive(
             json!({"ignored": format!("{event} events are not handled")}),
         );
     }
-    let meta = match serde_json::from_slice::<Payload<'_>>(&bytes) {
+    // What the job keeps of the payload: the fields the agent reads (`trigger::fields`), in
+    // the one pass that checks the body is JSON.
+    let refuse = |why: &str, e: &dyn std::fmt::Display| {
+        tracing::warn!(%delivery_id, error = %e, why, "signed delivery refused");
+        st.metrics.delivery(&event, "bad_request");
+        reply(StatusCode::BAD_REQUEST, json!({ "error": why }))
+    };
+    let cut = match fields::project(&bytes) {
+        Ok(v) => v,
+        Err(e) => return refuse("payload is not JSON", &e),
+    };
+    let meta = match Payload::deserialize(&cut) {
         Ok(p) => describe(&event, &p, &st.command_prefix),
-        Err(e) => {
-            let why = if e.is_data() {
-                "payload does not have the shape of a GitHub event"
-            } else {
-                "payload is not JSON"
-            };
-            tracing::warn!(%delivery_id, error = %e, why, "signed delivery refused");
-            st.metrics.delivery(&event, "bad_request");
-            return reply(StatusCode::BAD_REQUEST, json!({ "error": why }));
-        }
+        Err(e) => return refuse("payload does not have the shape of a GitHub event", &e),
+    };
+    drop(bytes);
+    let payload = match serde_json::to_vec(&cut) {
+        Ok(p) => p,
+        Err(e) => return refuse("payload cannot be stored", &e),
     };
     let new = NewDelivery {
         delivery_id: delivery_id.clone(),
         event: event.clone(),
-        payload: bytes,
+        payload,
         repo: meta.repo,
         lane: meta.lane,
         trigger: meta.trigger,
@@ -207,9 +216,8 @@ struct Meta {
     trigger: String,
 }
 
-/// The parts of a delivery's payload the receiver reads: everything else is skipped while
-/// parsing (still checked to be JSON), so the hot path builds no tree of the whole body.
-/// Strings borrow from the body unless they hold escapes.
+/// The parts of a delivery's payload the receiver reads, typed: read from the payload's cut
+/// (`trigger::fields::project`), so every field here must be in `trigger::fields::READ`.
 #[derive(Debug, Default, serde::Deserialize)]
 struct Payload<'a> {
     #[serde(borrow, default)]

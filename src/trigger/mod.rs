@@ -14,6 +14,7 @@
 pub mod ci_log;
 pub mod command;
 mod error;
+pub mod fields;
 
 use std::collections::HashMap;
 

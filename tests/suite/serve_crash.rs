@@ -52,11 +52,35 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn_serve(db: &std::path::Path, port: u16, api: &str, kill_at: Option<&str>) -> Child {
+/// A `serve` process, killed when dropped: a test that fails must not leave it running (it
+/// holds the test's stderr, so `cargo test` would wait for it).
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Served {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Served {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+fn spawn_serve(db: &std::path::Path, port: u16, api: &str, kill_at: Option<&str>) -> Served {
     spawn_serve_url(&format!("sqlite://{}", db.display()), port, api, kill_at)
 }
 
-fn spawn_serve_url(db_url: &str, port: u16, api: &str, kill_at: Option<&str>) -> Child {
+fn spawn_serve_url(db_url: &str, port: u16, api: &str, kill_at: Option<&str>) -> Served {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-agent"));
     cmd.args([
         "serve",
@@ -84,7 +108,7 @@ fn spawn_serve_url(db_url: &str, port: u16, api: &str, kill_at: Option<&str>) ->
         Some(k) => cmd.env("GIT_AGENT_TEST_KILL_AT", k),
         None => cmd.env_remove("GIT_AGENT_TEST_KILL_AT"),
     };
-    cmd.spawn().unwrap()
+    Served(cmd.spawn().unwrap())
 }
 
 async fn wait_healthy(url: &str) {
@@ -251,7 +275,7 @@ async fn two_servers_on_one_postgres_work_each_job_once() {
     let db_url = super::store::pg_fresh_url().await;
     let (api, fake) = fake_github().await;
     let ports = [free_port(), free_port()];
-    let mut children: Vec<Child> = ports
+    let mut children: Vec<Served> = ports
         .iter()
         .map(|p| spawn_serve_url(&db_url, *p, &api, None))
         .collect();

@@ -22,8 +22,9 @@ pub const SECRET: &str = "It's a Secret to Everybody";
 
 type Behaviour = dyn Fn(&JobInput, u32) -> Result<JobOutcome, String> + Send + Sync;
 
-/// A runner whose answer is a function of the job and how many times it was called; jobs of
-/// issues whose title contains "block" wait for cancellation.
+/// A runner whose answer is a function of the job and how many times it was called; jobs whose
+/// label contains "block" wait for cancellation, "slow" take 300 ms. (The label, not the
+/// title: a job keeps only the payload's fields the agent reads, `trigger::fields`.)
 pub struct TestRunner {
     calls: AtomicUsize,
     running: Mutex<Vec<String>>,
@@ -71,10 +72,10 @@ impl JobRunner for TestRunner {
             let same = running.iter().filter(|l| **l == lane).count();
             self.max_same_lane.fetch_max(same, Ordering::SeqCst);
         }
-        let title = payload["issue"]["title"].as_str().unwrap_or("");
-        if title.contains("block") {
+        let label = payload["label"]["name"].as_str().unwrap_or("");
+        if label.contains("block") {
             cancel.cancelled().await;
-        } else if title.contains("slow") {
+        } else if label.contains("slow") {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         {
@@ -147,10 +148,16 @@ pub async fn start(runner: Arc<dyn JobRunner>, workers: usize) -> Bot {
     }
 }
 
+/// An `issues.labeled` payload with the trigger label `agent`.
 pub fn issue_payload(number: u64, title: &str) -> Vec<u8> {
+    labeled_payload(number, title, "agent")
+}
+
+/// An `issues.labeled` payload with `label`, which the test runner reads ("block", "slow").
+pub fn labeled_payload(number: u64, title: &str, label: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "action": "labeled",
-        "label": {"name": "agent"},
+        "label": {"name": label},
         "issue": {"number": number, "title": title, "body": "", "user": {"login": "octocat", "id": 1}},
         "repository": {"full_name": "octo/repo", "name": "repo", "owner": {"login": "octo"}},
         "sender": {"login": "octocat", "id": 1, "type": "User"},
@@ -462,7 +469,7 @@ async fn agent_stop_cancels_the_running_job_of_its_issue() {
             &bot.url,
             "issues",
             "s-1",
-            issue_payload(8, "block me"),
+            labeled_payload(8, "block me", "block"),
         )
         .await,
     )
@@ -475,7 +482,7 @@ async fn agent_stop_cancels_the_running_job_of_its_issue() {
             &bot.url,
             "issues",
             "s-2",
-            issue_payload(8, "block too"),
+            labeled_payload(8, "block too", "block"),
         )
         .await,
     )
@@ -517,7 +524,7 @@ async fn one_run_per_issue_even_with_idle_workers() {
             &bot.url,
             "issues",
             &format!("lane-{i}"),
-            issue_payload(9, "slow"),
+            labeled_payload(9, "slow", "slow"),
         )
         .await;
         jobs.push(job_of(resp).await);
@@ -540,7 +547,7 @@ async fn shutdown_releases_a_running_job_for_the_next_process() {
             &bot.url,
             "issues",
             "sd-1",
-            issue_payload(10, "block"),
+            labeled_payload(10, "block", "block"),
         )
         .await,
     )

@@ -7,6 +7,7 @@ use git_agent::config::TriggerConfig;
 use git_agent::forge::CommentTarget;
 use git_agent::forge::github::{Auth, GitHub, GitHubOptions};
 use git_agent::task::{Mode, Origin};
+use git_agent::trigger::fields::project;
 use git_agent::trigger::{Options, Outcome, evaluate, evaluate_bytes};
 use serde_json::{Value, json};
 
@@ -75,9 +76,31 @@ async fn world() -> (std::sync::Arc<Fake>, GitHub) {
 }
 
 async fn eval(gh: &GitHub, config: &TriggerConfig, event: &str, payload: &Value) -> Outcome {
-    evaluate(gh, config, &Options::default(), event, payload)
+    whole_and_cut(gh, config, &Options::default(), event, payload)
         .await
         .unwrap()
+}
+
+/// `evaluate` of `payload`, checked to decide the same on the payload's cut — what the webhook
+/// bot stores of it (`trigger::fields::project`): a field the trigger reads that the cut
+/// drops fails here.
+async fn whole_and_cut(
+    gh: &GitHub,
+    config: &TriggerConfig,
+    options: &Options,
+    event: &str,
+    payload: &Value,
+) -> git_agent::trigger::Result<Outcome> {
+    let whole = evaluate(gh, config, options, event, payload).await;
+    let cut = project(&serde_json::to_vec(payload).unwrap()).unwrap();
+    assert!(serde_json::to_vec(&cut).unwrap().len() <= serde_json::to_vec(payload).unwrap().len());
+    let from_cut = evaluate(gh, config, options, event, &cut).await;
+    match (&whole, &from_cut) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "{event}: the cut decides otherwise\n{cut:#}"),
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{event}"),
+        (a, b) => panic!("{event}: whole {a:?}, cut {b:?}\n{cut:#}"),
+    }
+    whole
 }
 
 fn reason(o: &Outcome) -> &str {
@@ -153,7 +176,7 @@ async fn mangled_examples_never_panic() {
             for v in variants {
                 for name in [event.as_str(), "issues", "issue_comment", "workflow_run"] {
                     // Errors are allowed (forge lookups of ids that do not exist); panics are not.
-                    let _ = evaluate(&gh, &config, &Options::default(), name, &v).await;
+                    let _ = whole_and_cut(&gh, &config, &Options::default(), name, &v).await;
                 }
             }
         }
@@ -557,7 +580,7 @@ async fn ci_loop_guard_and_foreign_branches() {
         ci_foreign_branches: true,
         ..Options::default()
     };
-    let o = evaluate(&gh, &config, &foreign, "workflow_run", &p)
+    let o = whole_and_cut(&gh, &config, &foreign, "workflow_run", &p)
         .await
         .unwrap();
     match o {
@@ -565,7 +588,7 @@ async fn ci_loop_guard_and_foreign_branches() {
         other => panic!("expected a run, got {other:?}"),
     }
     p["sender"]["login"] = json!("rea");
-    let o = evaluate(&gh, &config, &foreign, "workflow_run", &p)
+    let o = whole_and_cut(&gh, &config, &foreign, "workflow_run", &p)
         .await
         .unwrap();
     assert!(reason(&o).contains("rea has read permission"));
