@@ -1,7 +1,7 @@
 //! `POST /webhook`: cap, verify, route, persist, then answer.
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
@@ -14,7 +14,6 @@ use super::signature;
 use crate::store::{Enqueued, NewDelivery};
 use crate::trigger::command::{self, Command};
 use crate::trigger::fields;
-use serde::Deserialize as _;
 
 /// Largest delivery accepted: GitHub caps payloads at 25 MB and drops larger ones.
 pub const MAX_BODY: usize = 25 * 1024 * 1024;
@@ -93,16 +92,15 @@ async fn drain(body: Body, limit: u64) {
 }
 
 /// The handler.
-pub(super) async fn receive(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let event = header_str(&headers, "x-github-event")
+pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Response {
+    // The request taken whole: the `HeaderMap` extractor would copy the headers.
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    let event = header_str(headers, "x-github-event")
         .unwrap_or("")
         .to_string();
     let declared =
-        header_str(&headers, header::CONTENT_LENGTH.as_str()).and_then(|v| v.parse::<u64>().ok());
+        header_str(headers, header::CONTENT_LENGTH.as_str()).and_then(|v| v.parse::<u64>().ok());
     let drain_limit = 2 * st.max_body as u64;
     if declared.is_some_and(|n| n > st.max_body as u64) {
         st.metrics.delivery(UNVERIFIED, "too_large");
@@ -135,7 +133,7 @@ pub(super) async fn receive(
         st.metrics.delivery(UNVERIFIED, "unauthorized");
         return reply(StatusCode::UNAUTHORIZED, json!({"error": "bad signature"}));
     }
-    let Some(delivery_id) = header_str(&headers, "x-github-delivery")
+    let Some(delivery_id) = header_str(headers, "x-github-delivery")
         .filter(|d| !d.is_empty() && d.len() <= 128)
         .map(str::to_string)
     else {
@@ -163,18 +161,14 @@ pub(super) async fn receive(
         st.metrics.delivery(&event, "bad_request");
         reply(StatusCode::BAD_REQUEST, json!({ "error": why }))
     };
-    let cut = match fields::project(&bytes) {
-        Ok(v) => v,
+    let payload = match fields::project(&bytes) {
+        Ok(cut) => cut,
         Err(e) => return refuse("payload is not JSON", &e),
     };
-    let meta = match Payload::deserialize(&cut) {
+    drop(bytes);
+    let meta = match serde_json::from_slice::<Payload<'_>>(&payload) {
         Ok(p) => describe(&event, &p, &st.command_prefix),
         Err(e) => return refuse("payload does not have the shape of a GitHub event", &e),
-    };
-    drop(bytes);
-    let payload = match serde_json::to_vec(&cut) {
-        Ok(p) => p,
-        Err(e) => return refuse("payload cannot be stored", &e),
     };
     let new = NewDelivery {
         delivery_id: delivery_id.clone(),
@@ -197,7 +191,11 @@ pub(super) async fn receive(
             }
             st.metrics.delivery(&event, label);
             tracing::info!(%delivery_id, %event, job = outcome.job_id(), outcome = label, "delivery");
-            reply(status, json!({"job": outcome.job_id(), "outcome": label}))
+            let ack = Ack {
+                job: outcome.job_id(),
+                outcome: label,
+            };
+            (status, axum::Json(ack)).into_response()
         }
         Err(e) => {
             tracing::error!(%delivery_id, error = %e, "cannot store a delivery");
@@ -208,6 +206,13 @@ pub(super) async fn receive(
             )
         }
     }
+}
+
+/// The answer to a stored delivery (a struct, not a `json!` map: this is the hot path).
+#[derive(serde::Serialize)]
+struct Ack<'a> {
+    job: &'a str,
+    outcome: &'a str,
 }
 
 struct Meta {

@@ -12,7 +12,7 @@
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
 
 /// A field [`project`] keeps: its name and, when only part of its object is read, the fields
 /// kept inside it (empty: the whole value).
@@ -82,28 +82,43 @@ pub const READ: &[Field] = &[
     ),
 ];
 
-/// `payload` (JSON) cut down to the fields in [`READ`], in one pass that builds nothing of
-/// the rest (still checked to be JSON). Where a field holds something other than an object,
-/// it is kept as it is (an array is cut element by element), so a payload of the wrong shape
-/// reads the same cut as whole. A key given twice keeps its last value, as
-/// `serde_json::from_slice` does.
-pub fn project(payload: &[u8]) -> serde_json::Result<Value> {
+/// `payload` (JSON) cut down to the fields in [`READ`], as compact JSON, in one pass that
+/// builds nothing of the rest (still checked to be JSON): a field kept whole is copied as the
+/// text it was sent as. Where a field holds something other than an object, it is kept as it
+/// is (an array is cut element by element), so a payload of the wrong shape reads the same cut
+/// as whole. A key given twice keeps its last value, as `serde_json::from_slice` does.
+pub fn project(payload: &[u8]) -> serde_json::Result<Vec<u8>> {
     let mut de = serde_json::Deserializer::from_slice(payload);
-    let value = Keep(READ).deserialize(&mut de)?;
+    let mut out = Vec::with_capacity(512);
+    Keep {
+        fields: READ,
+        out: &mut out,
+        comma: false,
+    }
+    .deserialize(&mut de)?;
     de.end()?;
-    Ok(value)
+    Ok(out)
 }
 
-/// Keep the fields `.0` of the value deserialized next (all of it when `.0` is empty).
-#[derive(Clone, Copy)]
-struct Keep(&'static [Field]);
+/// Write the cut of the value deserialized next to `out` — all of it when `fields` is empty —
+/// after a comma when `comma` (an array's next element).
+struct Keep<'a> {
+    fields: &'static [Field],
+    out: &'a mut Vec<u8>,
+    comma: bool,
+}
 
-impl<'de> DeserializeSeed<'de> for Keep {
-    type Value = Value;
+impl<'de> DeserializeSeed<'de> for Keep<'_> {
+    type Value = ();
 
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
-        if self.0.is_empty() {
-            serde::Deserialize::deserialize(de)
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        if self.comma {
+            self.out.push(b',');
+        }
+        if self.fields.is_empty() {
+            let raw: &RawValue = serde::Deserialize::deserialize(de)?;
+            self.out.extend_from_slice(raw.get().as_bytes());
+            Ok(())
         } else {
             de.deserialize_any(self)
         }
@@ -133,74 +148,119 @@ impl Visitor<'_> for Key {
     }
 }
 
-impl<'de> Visitor<'de> for Keep {
-    type Value = Value;
+/// A kept field's value: its text as sent, or its own cut.
+enum Slot<'de> {
+    Sent(&'de str),
+    Cut(Vec<u8>),
+}
+
+impl Keep<'_> {
+    fn scalar<T: serde::Serialize + ?Sized, E: serde::de::Error>(self, v: &T) -> Result<(), E> {
+        serde_json::to_writer(&mut *self.out, v).map_err(E::custom)
+    }
+}
+
+impl<'de> Visitor<'de> for Keep<'_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut kept = Map::new();
-        while let Some(found) = map.next_key_seed(Key(self.0))? {
-            match found {
-                Some(i) => {
-                    let field = &self.0[i];
-                    let value = map.next_value_seed(Keep(field.inner))?;
-                    kept.insert(field.name.to_string(), value);
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut slots: Vec<Option<Slot<'de>>> = Vec::new();
+        slots.resize_with(self.fields.len(), || None);
+        while let Some(found) = map.next_key_seed(Key(self.fields))? {
+            let Some(i) = found else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let field = &self.fields[i];
+            slots[i] = Some(if field.inner.is_empty() {
+                let raw: &'de RawValue = map.next_value()?;
+                Slot::Sent(raw.get())
+            } else {
+                let mut cut = Vec::new();
+                map.next_value_seed(Keep {
+                    fields: field.inner,
+                    out: &mut cut,
+                    comma: false,
+                })?;
+                Slot::Cut(cut)
+            });
+        }
+        self.out.push(b'{');
+        let mut first = true;
+        for (field, slot) in self.fields.iter().zip(slots) {
+            let Some(slot) = slot else { continue };
+            if !first {
+                self.out.push(b',');
+            }
+            first = false;
+            // Field names are plain ASCII: nothing to escape.
+            self.out.push(b'"');
+            self.out.extend_from_slice(field.name.as_bytes());
+            self.out.extend_from_slice(b"\":");
+            match slot {
+                Slot::Sent(text) => self.out.extend_from_slice(text.as_bytes()),
+                Slot::Cut(cut) => self.out.extend_from_slice(&cut),
             }
         }
-        Ok(Value::Object(kept))
+        self.out.push(b'}');
+        Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(self)? {
-            items.push(item);
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.out.push(b'[');
+        let mut comma = false;
+        while let Some(()) = seq.next_element_seed(Keep {
+            fields: self.fields,
+            out: &mut *self.out,
+            comma,
+        })? {
+            comma = true;
         }
-        Ok(Value::Array(items))
+        self.out.push(b']');
+        Ok(())
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        self.scalar(&v)
     }
 
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        self.scalar(&v)
     }
 
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        self.scalar(&v)
     }
 
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        self.scalar(&v)
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.scalar(v)
     }
 
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn cut(v: &Value) -> Value {
-        project(&serde_json::to_vec(v).unwrap()).unwrap()
+        read(&project(&serde_json::to_vec(v).unwrap()).unwrap())
+    }
+
+    fn read(cut: &[u8]) -> Value {
+        serde_json::from_slice(cut).unwrap()
     }
 
     #[test]
@@ -253,9 +313,26 @@ mod tests {
         let body =
             br#"{"act\u0069on": "a", "action": "b", "sender": {"login": "x", "login": "y"}}"#;
         assert_eq!(
-            project(body).unwrap(),
+            read(&project(body).unwrap()),
             json!({"action": "b", "sender": {"login": "y"}})
         );
+    }
+
+    #[test]
+    fn fields_kept_whole_are_the_text_as_sent() {
+        let body = r#"{
+  "comment": {
+    "body": "say \"hi\"\n\u00e9 é",
+    "id": 1.5e3, "user": { "login" : "a" }
+  },
+  "action": null
+}"#;
+        let cut = project(body.as_bytes()).unwrap();
+        assert_eq!(
+            String::from_utf8(cut.clone()).unwrap(),
+            r#"{"action":null,"comment":{"id":1.5e3,"body":"say \"hi\"\n\u00e9 é","user":{"login":"a"}}}"#
+        );
+        assert_eq!(read(&cut)["comment"]["body"], json!("say \"hi\"\né é"));
     }
 
     #[test]
