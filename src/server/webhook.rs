@@ -1,6 +1,6 @@
 //! `POST /webhook`: cap, verify, route, persist, then answer.
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -51,27 +51,39 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Read at most `max` bytes of `body`; once it holds more, `Err` with the unread rest (what
-/// was read is dropped). Stops reading there, so an oversized body is never held whole.
+/// was read is dropped). Stops reading there, so an oversized body is never held whole. A
+/// body that came in one piece (the usual case on a kept-alive connection) is that piece, not
+/// a copy of it.
 async fn read_capped(
     body: Body,
     max: usize,
     expected: Option<u64>,
-) -> Result<Result<Vec<u8>, Body>, axum::Error> {
+) -> Result<Result<Bytes, Body>, axum::Error> {
     let mut stream = body.into_data_stream();
-    // Room for the declared length (never more than the cap), so the body is not copied as
-    // the buffer grows.
-    let room = expected.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
-    let mut buf = Vec::with_capacity(room);
+    let mut single: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    let mut total = 0usize;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;
-        if buf.len() + chunk.len() > max {
+        total += chunk.len();
+        if total > max {
             // Past the cap: what was read is dropped; the rest goes back to be discarded.
-            drop(buf);
             return Ok(Err(Body::from_stream(stream)));
         }
-        buf.extend_from_slice(&chunk);
+        if single.is_none() && joined.is_empty() {
+            single = Some(chunk);
+            continue;
+        }
+        if let Some(first) = single.take() {
+            // Room for the declared length (never more than the cap), so the body is not
+            // copied again as it grows.
+            let room = expected.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
+            joined.reserve(room.max(total));
+            joined.extend_from_slice(&first);
+        }
+        joined.extend_from_slice(&chunk);
     }
-    Ok(Ok(buf))
+    Ok(Ok(single.unwrap_or_else(|| Bytes::from(joined))))
 }
 
 /// Read and discard what is left of a refused body, up to `limit` bytes or 10 s, so the
