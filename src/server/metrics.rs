@@ -22,7 +22,8 @@ const BUCKETS: [f64; 10] = [
 
 #[derive(Debug, Default)]
 struct Inner {
-    deliveries: BTreeMap<(String, String), u64>,
+    /// By event, then outcome.
+    deliveries: BTreeMap<String, BTreeMap<&'static str, u64>>,
     runs: BTreeMap<String, u64>,
     duration_buckets: [u64; BUCKETS.len()],
     duration_count: u64,
@@ -45,15 +46,21 @@ impl Metrics {
         f(&mut guard)
     }
 
-    /// Count a delivery of `event` answered with `outcome`.
-    pub fn delivery(&self, event: &str, outcome: &str) {
+    /// Count a delivery of `event` answered with `outcome`. Allocates only for an event not
+    /// seen before (this runs for every delivery).
+    pub fn delivery(&self, event: &str, outcome: &'static str) {
         let event = if event.is_empty() { "(none)" } else { event };
-        // Event names come from the sender; keep the label set bounded.
-        let event: String = event.chars().take(64).collect();
+        // Event names come from the sender; keep the label set bounded: 64 characters.
+        let event = match event.char_indices().nth(64) {
+            Some((cut, _)) => &event[..cut],
+            None => event,
+        };
         self.with(|m| {
-            *m.deliveries
-                .entry((event, outcome.to_string()))
-                .or_default() += 1
+            let by_outcome = match m.deliveries.get_mut(event) {
+                Some(b) => b,
+                None => m.deliveries.entry(event.to_string()).or_default(),
+            };
+            *by_outcome.entry(outcome).or_default() += 1;
         });
     }
 
@@ -80,7 +87,11 @@ impl Metrics {
                 "# HELP git_agent_deliveries_total Webhook deliveries by event and outcome.\n",
             );
             out.push_str("# TYPE git_agent_deliveries_total counter\n");
-            for ((event, outcome), n) in &m.deliveries {
+            for (event, outcome, n) in m
+                .deliveries
+                .iter()
+                .flat_map(|(e, by)| by.iter().map(move |(o, n)| (e, o, n)))
+            {
                 let _ = writeln!(
                     out,
                     "git_agent_deliveries_total{{event=\"{}\",outcome=\"{}\"}} {n}",
@@ -174,12 +185,17 @@ mod tests {
         m.delivery("issues", "queued");
         m.delivery("issues", "queued");
         m.delivery("we\"ird", "ignored");
+        m.delivery(&"é".repeat(100), "ignored");
+        m.delivery(&"é".repeat(64), "ignored");
         m.job_finished("succeeded", 12.0, 0.5);
         let text = m.render(&[(JobState::Queued, 3), (JobState::Running, 1)]);
         assert!(
             text.contains("git_agent_deliveries_total{event=\"issues\",outcome=\"queued\"} 2\n")
         );
         assert!(text.contains("event=\"we\\\"ird\""));
+        // A long event name is cut to 64 characters, on a character boundary.
+        let long = format!("event=\"{}\",outcome=\"ignored\"}} 2\n", "é".repeat(64));
+        assert!(text.contains(&long), "{text}");
         assert!(text.contains("git_agent_runs_total{state=\"succeeded\"} 1\n"));
         assert!(text.contains("git_agent_run_duration_seconds_bucket{le=\"5\"} 0\n"));
         assert!(text.contains("git_agent_run_duration_seconds_bucket{le=\"15\"} 1\n"));

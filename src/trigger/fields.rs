@@ -126,13 +126,15 @@ impl<'de> DeserializeSeed<'de> for Keep<'_> {
 }
 
 /// A key of an object being cut: the index of its field in the list, `None` for one not kept.
+/// Read as bytes (escapes decoded, UTF-8 not checked: the key is only compared with the
+/// fields' ASCII names, and the values skipped are not checked either).
 struct Key(&'static [Field]);
 
 impl<'de> DeserializeSeed<'de> for Key {
     type Value = Option<usize>;
 
     fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Option<usize>, D::Error> {
-        de.deserialize_str(self)
+        de.deserialize_bytes(self)
     }
 }
 
@@ -143,8 +145,12 @@ impl Visitor<'_> for Key {
         f.write_str("an object key")
     }
 
+    fn visit_bytes<E: serde::de::Error>(self, key: &[u8]) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|f| f.name.as_bytes() == key))
+    }
+
     fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<usize>, E> {
-        Ok(self.0.iter().position(|f| f.name == key))
+        self.visit_bytes(key.as_bytes())
     }
 }
 
