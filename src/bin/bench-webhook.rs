@@ -7,7 +7,9 @@
 //!        (--conc C | --rate R) --secs N [--warmup N]
 //!
 //! Ours: the real `git agent serve` HTTP stack (`server::router`: size cap, signature check,
-//! routing, `describe`, then `Store::enqueue` in one durable transaction before the 2xx) on a
+//! routing, the payload cut to the fields the agent reads (`trigger::fields::project`, which
+//! also checks it is JSON), `describe`, then `Store::enqueue` of the job in one durable
+//! transaction before the 2xx) on a
 //! SQLite store in a temp dir on disk (WAL, `synchronous=FULL`, as `serve` opens it), served
 //! in this process on loopback with `serve`'s defaults (a multi-threaded runtime, a `warn` log
 //! filter). No workers run: the figure is the acknowledgement path alone.

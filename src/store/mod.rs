@@ -83,7 +83,7 @@ pub struct NewDelivery {
     pub delivery_id: String,
     /// `X-GitHub-Event`.
     pub event: String,
-    /// The raw body, exactly as signed.
+    /// The payload to keep (the receiver keeps the fields the agent reads); stored as given.
     pub payload: Vec<u8>,
     /// `owner/name`, when the payload names a repository.
     pub repo: Option<String>,
@@ -136,7 +136,7 @@ pub struct Job {
     pub delivery_id: String,
     /// The event name.
     pub event: String,
-    /// The raw payload.
+    /// The payload, as [`NewDelivery::payload`] gave it.
     pub payload: Vec<u8>,
     /// `owner/name`.
     pub repo: Option<String>,
