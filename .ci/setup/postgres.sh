@@ -43,7 +43,8 @@ if ! pg_psql -tAc "SELECT 1 FROM pg_database WHERE datname = 'git_agent_test'" |
   pg_psql -c "CREATE DATABASE git_agent_test OWNER git_agent_test"
 fi
 for db in $(pg_psql -tAc "SELECT datname FROM pg_database WHERE datname LIKE 't\_%'"); do
-  pg_psql -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null
+  # WITH (FORCE): a process left over from an earlier run (a killed test) may still hold one.
+  pg_psql -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null
 done
 PG_TLS_DIR=/var/lib/postgresql/git-agent-test-tls
 if [ ! -s "$PG_TLS_DIR/server.crt" ] || [ ! -s "$PG_TLS_DIR/other-ca.crt" ]; then
