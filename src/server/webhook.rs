@@ -227,6 +227,7 @@ struct Ack<'a> {
     outcome: &'a str,
 }
 
+#[derive(Debug, PartialEq)]
 struct Meta {
     repo: Option<String>,
     lane: Option<String>,
@@ -365,13 +366,20 @@ fn describe(event: &str, payload: &Payload<'_>, prefix: &str) -> Meta {
 mod tests {
     use super::*;
 
+    /// The payload as the receiver reads it: cut to the fields the agent reads.
     fn bytes(v: Value) -> Vec<u8> {
-        serde_json::to_vec(&v).unwrap()
+        fields::project(&serde_json::to_vec(&v).unwrap()).unwrap()
     }
 
+    /// `describe` of the cut, checked to say the same as of the whole payload: every field
+    /// `Payload` reads must be in `fields::READ`.
     fn meta(event: &str, v: Value) -> Meta {
-        let b = bytes(v);
-        describe(event, &serde_json::from_slice(&b).unwrap(), "/agent")
+        let whole = serde_json::to_vec(&v).unwrap();
+        let whole = describe(event, &serde_json::from_slice(&whole).unwrap(), "/agent");
+        let cut = bytes(v);
+        let cut = describe(event, &serde_json::from_slice(&cut).unwrap(), "/agent");
+        assert_eq!(whole, cut);
+        cut
     }
 
     #[test]
