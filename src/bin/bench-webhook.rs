@@ -99,6 +99,10 @@ struct Measured {
     max_ms: f64,
     /// The first non-2xx answer seen, if any.
     first_error: Option<String>,
+    /// The receiver's CPU time per 2xx answer (warm-up included), microseconds: measured by
+    /// the bench around the load process, not by it.
+    #[serde(default)]
+    cpu_us: f64,
 }
 
 struct Sample {
@@ -443,6 +447,7 @@ fn summarize(
         p99_ms: percentile(&lat, 0.99),
         max_ms: lat.last().copied().unwrap_or(f64::NAN),
         first_error,
+        cpu_us: f64::NAN,
     }
 }
 
@@ -452,6 +457,27 @@ fn summarize(
 struct Target {
     name: &'static str,
     url: String,
+    /// The receiver's process (this one for ours), whose CPU time is read around each load.
+    pid: u32,
+}
+
+/// The CPU time (user and system, all threads) process `pid` has used so far, from
+/// `/proc/<pid>/stat`, in seconds.
+fn cpu_secs(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces), from the third on.
+    let rest = stat.rsplit_once(')').context("a /proc stat line")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<f64> {
+        Ok(fields
+            .get(i)
+            .context("a short /proc stat line")?
+            .parse::<f64>()?)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // utime and stime are the stat line's 14th and 15th fields.
+    Ok((ticks(11)? + ticks(12)?) / hz)
 }
 
 struct Peer {
@@ -541,6 +567,7 @@ impl Run<'_> {
     fn load(&mut self, target: &Target, mode: &[String], secs: f64) -> Result<Measured> {
         self.seq += 1;
         let prefix = format!("{}-{}-{}", target.name, std::process::id(), self.seq);
+        let cpu_before = cpu_secs(target.pid)?;
         let out = Command::new(&self.exe)
             .arg("load")
             .args(["--url", &target.url])
@@ -555,8 +582,10 @@ impl Run<'_> {
         if !out.status.success() {
             bail!("the load process failed for {}", target.name);
         }
-        let m: Measured = serde_json::from_slice(&out.stdout)
+        let cpu = cpu_secs(target.pid)? - cpu_before;
+        let mut m: Measured = serde_json::from_slice(&out.stdout)
             .with_context(|| format!("load output: {}", String::from_utf8_lossy(&out.stdout)))?;
+        m.cpu_us = 1e6 * cpu / m.ok_total.max(1) as f64;
         if let Some(e) = &m.first_error {
             eprintln!("  {}: {} errors; first: {e}", target.name, m.errors);
         }
@@ -650,10 +679,12 @@ fn bench_main(args: &[String]) -> Result<()> {
         Target {
             name: "ours",
             url: format!("http://{ours_addr}/webhook"),
+            pid: std::process::id(),
         },
         Target {
             name: "peer",
             url: format!("http://{}/webhook", peer.addr),
+            pid: peer.child.id(),
         },
     ];
     if let Some(only) = only {
@@ -703,6 +734,8 @@ fn bench_main(args: &[String]) -> Result<()> {
     // closed[conc][target] = rps per round; open[target] = (p50, p99, rps) per round.
     let mut closed: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); targets.len()]; concs.len()];
     let mut open: Vec<Vec<Measured>> = vec![Vec::new(); targets.len()];
+    // cpu[conc][target] = the receiver's CPU microseconds per delivery, per round.
+    let mut cpu = closed.clone();
     for round in 0..rounds {
         let order: Vec<usize> = if round % 2 == 0 {
             (0..targets.len()).collect()
@@ -713,11 +746,12 @@ fn bench_main(args: &[String]) -> Result<()> {
             for &ti in &order {
                 let m = run.load(&targets[ti], &["--conc".into(), c.to_string()], secs)?;
                 eprintln!(
-                    "round {round} closed c={c:<4} {:<5} {:>8.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
-                    targets[ti].name, m.rps, m.p50_ms, m.p99_ms, m.errors
+                    "round {round} closed c={c:<4} {:<5} {:>8.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  cpu {:>5.0} us  errors {}",
+                    targets[ti].name, m.rps, m.p50_ms, m.p99_ms, m.cpu_us, m.errors
                 );
                 answered[ti] += m.ok_total;
                 closed[ci][ti].push(m.rps);
+                cpu[ci][ti].push(m.cpu_us);
             }
         }
         for &ti in order.iter().filter(|_| rate > 0.0) {
@@ -767,13 +801,18 @@ fn bench_main(args: &[String]) -> Result<()> {
     if targets.len() == 2 {
         println!();
         println!(
-            "| closed loop (median of {rounds}) | ours deliveries/s | peer deliveries/s | ours / peer |"
+            "| closed loop (median of {rounds}) | ours deliveries/s | peer deliveries/s | ours / peer \
+             | ours CPU us/delivery | peer CPU us/delivery |"
         );
-        println!("|---|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|");
         for (ci, c) in concs.iter().enumerate() {
             let o = median(&mut closed[ci][0]);
             let p = median(&mut closed[ci][1]);
-            println!("| {c} connections | {o:.0} | {p:.0} | {:.2}x |", o / p);
+            let (oc, pc) = (median(&mut cpu[ci][0]), median(&mut cpu[ci][1]));
+            println!(
+                "| {c} connections | {o:.0} | {p:.0} | {:.2}x | {oc:.0} | {pc:.0} |",
+                o / p
+            );
         }
     }
     if targets.len() == 2 && rate > 0.0 {
