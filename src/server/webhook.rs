@@ -108,9 +108,7 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
     // The request taken whole: the `HeaderMap` extractor would copy the headers.
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    let event = header_str(headers, "x-github-event")
-        .unwrap_or("")
-        .to_string();
+    let event = header_str(headers, "x-github-event").unwrap_or("");
     let declared =
         header_str(headers, header::CONTENT_LENGTH.as_str()).and_then(|v| v.parse::<u64>().ok());
     let drain_limit = 2 * st.max_body as u64;
@@ -145,22 +143,21 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
         st.metrics.delivery(UNVERIFIED, "unauthorized");
         return reply(StatusCode::UNAUTHORIZED, json!({"error": "bad signature"}));
     }
-    let Some(delivery_id) = header_str(headers, "x-github-delivery")
-        .filter(|d| !d.is_empty() && d.len() <= 128)
-        .map(str::to_string)
+    let Some(delivery_id) =
+        header_str(headers, "x-github-delivery").filter(|d| !d.is_empty() && d.len() <= 128)
     else {
-        st.metrics.delivery(&event, "bad_request");
+        st.metrics.delivery(event, "bad_request");
         return reply(
             StatusCode::BAD_REQUEST,
             json!({"error": "missing X-GitHub-Delivery"}),
         );
     };
     if event == "ping" {
-        st.metrics.delivery(&event, "ping");
+        st.metrics.delivery(event, "ping");
         return reply(StatusCode::OK, json!({"ok": "pong"}));
     }
-    if !HANDLED_EVENTS.contains(&event.as_str()) {
-        st.metrics.delivery(&event, "ignored");
+    if !HANDLED_EVENTS.contains(&event) {
+        st.metrics.delivery(event, "ignored");
         return reply(
             StatusCode::OK,
             json!({"ignored": format!("{event} events are not handled")}),
@@ -170,7 +167,7 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
     // the one pass that checks the body is JSON.
     let refuse = |why: &str, e: &dyn std::fmt::Display| {
         tracing::warn!(%delivery_id, error = %e, why, "signed delivery refused");
-        st.metrics.delivery(&event, "bad_request");
+        st.metrics.delivery(event, "bad_request");
         reply(StatusCode::BAD_REQUEST, json!({ "error": why }))
     };
     let payload = match fields::project(&bytes) {
@@ -179,18 +176,18 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
     };
     drop(bytes);
     let meta = match serde_json::from_slice::<Payload<'_>>(&payload) {
-        Ok(p) => describe(&event, &p, &st.command_prefix),
+        Ok(p) => describe(event, &p, &st.command_prefix),
         Err(e) => return refuse("payload does not have the shape of a GitHub event", &e),
     };
     let new = NewDelivery {
-        delivery_id: delivery_id.clone(),
-        event: event.clone(),
+        delivery_id: delivery_id.to_string(),
+        event: event.to_string(),
         payload,
         repo: meta.repo,
         lane: meta.lane,
         trigger: meta.trigger,
     };
-    match st.store.enqueue(&new).await {
+    match st.store.enqueue(new).await {
         Ok(outcome) => {
             failpoint("after-enqueue-commit");
             let (status, label) = match &outcome {
@@ -201,7 +198,7 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
             if status == StatusCode::ACCEPTED {
                 st.wake.notify_one();
             }
-            st.metrics.delivery(&event, label);
+            st.metrics.delivery(event, label);
             tracing::info!(%delivery_id, %event, job = outcome.job_id(), outcome = label, "delivery");
             let ack = Ack {
                 job: outcome.job_id(),
@@ -211,7 +208,7 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
         }
         Err(e) => {
             tracing::error!(%delivery_id, error = %e, "cannot store a delivery");
-            st.metrics.delivery(&event, "store_error");
+            st.metrics.delivery(event, "store_error");
             reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 json!({"error": "cannot store the delivery; redeliver it"}),

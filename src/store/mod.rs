@@ -225,7 +225,7 @@ pub type StateCounts = Vec<(JobState, u64)>;
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Store a verified delivery and its job in one transaction (see the module rules).
-    async fn enqueue(&self, delivery: &NewDelivery) -> Result<Enqueued>;
+    async fn enqueue(&self, delivery: NewDelivery) -> Result<Enqueued>;
     /// Claim the oldest runnable job for `owner` for `lease`: a queued job whose lane has no
     /// running job, or a running job whose lease expired; `which` narrows the choice.
     async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>>;

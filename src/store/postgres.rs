@@ -104,7 +104,7 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn enqueue(&self, d: &NewDelivery) -> Result<Enqueued> {
+    async fn enqueue(&self, d: NewDelivery) -> Result<Enqueued> {
         let now = now_ms();
         let mut tx = self
             .pool

@@ -502,26 +502,23 @@ fn schema_err(path: &Path, source: sqlx::Error) -> Error {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn enqueue(&self, d: &NewDelivery) -> Result<Enqueued> {
-        let stopped = || Error::Enqueue {
-            delivery: d.delivery_id.clone(),
+    async fn enqueue(&self, d: NewDelivery) -> Result<Enqueued> {
+        let stopped = |delivery| Error::Enqueue {
+            delivery,
             message: "the store's writer has stopped".into(),
         };
+        let id = d.delivery_id.clone();
         let (reply, outcome) = oneshot::channel();
         // Compressed here, on the caller's task, so the single writer only writes.
         let packed = NewDelivery {
-            delivery_id: d.delivery_id.clone(),
-            event: d.event.clone(),
             payload: pack_payload(&d.payload),
-            repo: d.repo.clone(),
-            lane: d.lane.clone(),
-            trigger: d.trigger.clone(),
+            ..d
         };
         self.deliveries
             .send((packed, reply))
             .await
-            .map_err(|_| stopped())?;
-        outcome.await.map_err(|_| stopped())?
+            .map_err(|_| stopped(id.clone()))?;
+        outcome.await.map_err(|_| stopped(id))?
     }
 
     async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>> {
@@ -840,20 +837,20 @@ mod tests {
         assert_eq!(jb.pr_url.as_deref(), Some("https://github.com/o/r/pull/3"));
         assert_eq!(jb.payload, b"{}");
         assert_eq!(
-            store.enqueue(&delivery("a")).await.unwrap(),
+            store.enqueue(delivery("a")).await.unwrap(),
             Enqueued::Requeued {
                 job_id: "ja".into()
             }
         );
         assert_eq!(
-            store.enqueue(&delivery("b")).await.unwrap(),
+            store.enqueue(delivery("b")).await.unwrap(),
             Enqueued::Duplicate {
                 job_id: "jb".into(),
                 state: JobState::Succeeded
             }
         );
         assert!(matches!(
-            store.enqueue(&delivery("c")).await.unwrap(),
+            store.enqueue(delivery("c")).await.unwrap(),
             Enqueued::New { .. }
         ));
         assert_eq!(store.delivery_count().await.unwrap(), 3);
@@ -893,7 +890,7 @@ mod tests {
             d.payload = std::iter::repeat_with(|| fastrand::u8(..))
                 .take(12 * 1024)
                 .collect();
-            burst.spawn(async move { store.enqueue(&d).await });
+            burst.spawn(async move { store.enqueue(d).await });
         }
         while let Some(r) = burst.join_next().await {
             r.unwrap().unwrap();
@@ -908,7 +905,7 @@ mod tests {
             // Time for a checkpoint to copy the burst, then a write to start the WAL over.
             tokio::time::sleep(CHECKPOINT_EVERY * 2).await;
             store
-                .enqueue(&delivery(&format!("after{after}")))
+                .enqueue(delivery(&format!("after{after}")))
                 .await
                 .unwrap();
             after += 1;
@@ -931,7 +928,7 @@ mod tests {
         drop(writer_end);
         store.deliveries = gone;
         assert!(matches!(store.health().await, Err(Error::WriterStopped)));
-        let err = store.enqueue(&delivery("x")).await.unwrap_err();
+        let err = store.enqueue(delivery("x")).await.unwrap_err();
         assert!(err.to_string().contains("writer has stopped"), "{err}");
     }
 
@@ -947,7 +944,7 @@ mod tests {
             d.payload = std::iter::repeat_with(|| fastrand::u8(..))
                 .take(12 * 1024)
                 .collect();
-            store.enqueue(&d).await.unwrap();
+            store.enqueue(d).await.unwrap();
         }
         let mut grown = 0;
         for _ in 0..40 {
@@ -1000,7 +997,7 @@ mod tests {
             .execute(&store.pool)
             .await
             .unwrap();
-        let again = store.enqueue(&delivery("bad")).await.unwrap();
+        let again = store.enqueue(delivery("bad")).await.unwrap();
         assert!(matches!(again, Enqueued::New { .. }), "{again:?}");
     }
 
@@ -1015,7 +1012,7 @@ mod tests {
             .map(|i| format!(r#"{{"url":"https://api.github.com/repos/o/r/issues/{i}"}},"#))
             .collect::<String>()
             .into_bytes();
-        let job = store.enqueue(&d).await.unwrap();
+        let job = store.enqueue(d.clone()).await.unwrap();
         let (stored,): (Vec<u8>,) = sqlx::query_as("SELECT payload FROM jobs WHERE id = ?")
             .bind(job.job_id())
             .fetch_one(&store.pool)
@@ -1039,10 +1036,10 @@ mod tests {
         let store = SqliteStore::open(&dir.path().join("serve.db"))
             .await
             .unwrap();
-        let Enqueued::New { job_id: f } = store.enqueue(&delivery("f")).await.unwrap() else {
+        let Enqueued::New { job_id: f } = store.enqueue(delivery("f")).await.unwrap() else {
             panic!("f is new")
         };
-        let Enqueued::New { job_id: s } = store.enqueue(&delivery("s")).await.unwrap() else {
+        let Enqueued::New { job_id: s } = store.enqueue(delivery("s")).await.unwrap() else {
             panic!("s is new")
         };
         for (id, state) in [(&f, "failed"), (&s, "succeeded")] {
@@ -1106,7 +1103,7 @@ mod tests {
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..200 {
             let store = store.clone();
-            tasks.spawn(async move { store.enqueue(&delivery(&format!("d{}", i % 100))).await });
+            tasks.spawn(async move { store.enqueue(delivery(&format!("d{}", i % 100))).await });
         }
         let (mut new, mut dup) = (0, 0);
         while let Some(r) = tasks.join_next().await {

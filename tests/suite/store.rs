@@ -85,14 +85,14 @@ fn count(counts: &[(JobState, u64)], state: JobState) -> u64 {
 
 async fn duplicate_delivery_is_one_job(store: Arc<dyn Store>) {
     let first = store
-        .enqueue(&delivery("d-1", Some("octo/repo#1")))
+        .enqueue(delivery("d-1", Some("octo/repo#1")))
         .await
         .unwrap();
     let Enqueued::New { job_id } = first.clone() else {
         panic!("first delivery not new: {first:?}")
     };
     let again = store
-        .enqueue(&delivery("d-1", Some("octo/repo#1")))
+        .enqueue(delivery("d-1", Some("octo/repo#1")))
         .await
         .unwrap();
     assert_eq!(
@@ -116,7 +116,7 @@ async fn fifty_concurrent_copies_make_one_job(store: Arc<dyn Store>) {
     for _ in 0..50 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            store.enqueue(&delivery("same", None)).await.unwrap()
+            store.enqueue(delivery("same", None)).await.unwrap()
         }));
     }
     let mut new = 0;
@@ -134,7 +134,7 @@ async fn fifty_concurrent_copies_make_one_job(store: Arc<dyn Store>) {
 }
 
 async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
-    let id = store.enqueue(&delivery("r-1", None)).await.unwrap();
+    let id = store.enqueue(delivery("r-1", None)).await.unwrap();
     let job = store.claim("w1", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(job.id, id.job_id());
     assert_eq!(job.attempts, 1);
@@ -144,7 +144,7 @@ async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
             .await
             .unwrap()
     );
-    let again = store.enqueue(&delivery("r-1", None)).await.unwrap();
+    let again = store.enqueue(delivery("r-1", None)).await.unwrap();
     assert_eq!(
         again,
         Enqueued::Requeued {
@@ -159,7 +159,7 @@ async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
             .await
             .unwrap()
     );
-    let third = store.enqueue(&delivery("r-1", None)).await.unwrap();
+    let third = store.enqueue(delivery("r-1", None)).await.unwrap();
     assert_eq!(
         third,
         Enqueued::Duplicate {
@@ -184,7 +184,7 @@ async fn redelivery_reruns_failed_not_succeeded(store: Arc<dyn Store>) {
 }
 
 async fn expired_lease_is_claimed_again_and_old_owner_is_locked_out(store: Arc<dyn Store>) {
-    store.enqueue(&delivery("l-1", None)).await.unwrap();
+    store.enqueue(delivery("l-1", None)).await.unwrap();
     let short = Duration::from_millis(300);
     let job = store
         .claim("dead", short, Claim::Any)
@@ -234,9 +234,9 @@ async fn expired_lease_is_claimed_again_and_old_owner_is_locked_out(store: Arc<d
 }
 
 async fn one_running_job_per_lane(store: Arc<dyn Store>) {
-    let a = store.enqueue(&delivery("a", Some("o/r#7"))).await.unwrap();
-    let b = store.enqueue(&delivery("b", Some("o/r#7"))).await.unwrap();
-    let c = store.enqueue(&delivery("c", Some("o/r#8"))).await.unwrap();
+    let a = store.enqueue(delivery("a", Some("o/r#7"))).await.unwrap();
+    let b = store.enqueue(delivery("b", Some("o/r#7"))).await.unwrap();
+    let c = store.enqueue(delivery("c", Some("o/r#8"))).await.unwrap();
     let first = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(first.id, a.job_id());
     let second = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
@@ -253,9 +253,9 @@ async fn one_running_job_per_lane(store: Arc<dyn Store>) {
 }
 
 async fn stop_cancels_queued_and_flags_running(store: Arc<dyn Store>) {
-    let a = store.enqueue(&delivery("a", Some("o/r#1"))).await.unwrap();
-    let b = store.enqueue(&delivery("b", Some("o/r#1"))).await.unwrap();
-    let other = store.enqueue(&delivery("o", Some("o/r#2"))).await.unwrap();
+    let a = store.enqueue(delivery("a", Some("o/r#1"))).await.unwrap();
+    let b = store.enqueue(delivery("b", Some("o/r#1"))).await.unwrap();
+    let other = store.enqueue(delivery("o", Some("o/r#2"))).await.unwrap();
     let running = store.claim("w", LEASE, Claim::Any).await.unwrap().unwrap();
     assert_eq!(running.id, a.job_id());
     assert_eq!(store.cancel_lane("o/r#1", "none").await.unwrap(), 2);
@@ -273,7 +273,7 @@ async fn stop_cancels_queued_and_flags_running(store: Arc<dyn Store>) {
     );
     // A cancelled job's redelivery does not bring it back.
     assert!(matches!(
-        store.enqueue(&delivery("b", Some("o/r#1"))).await.unwrap(),
+        store.enqueue(delivery("b", Some("o/r#1"))).await.unwrap(),
         Enqueued::Duplicate {
             state: JobState::Cancelled,
             ..
@@ -282,7 +282,7 @@ async fn stop_cancels_queued_and_flags_running(store: Arc<dyn Store>) {
 }
 
 async fn release_gives_the_job_back(store: Arc<dyn Store>) {
-    store.enqueue(&delivery("x", Some("o/r#3"))).await.unwrap();
+    store.enqueue(delivery("x", Some("o/r#3"))).await.unwrap();
     let job = store.claim("w1", LEASE, Claim::Any).await.unwrap().unwrap();
     assert!(!store.release(&job.id, "w2").await.unwrap(), "not w2's");
     assert!(store.release(&job.id, "w1").await.unwrap());
@@ -297,10 +297,7 @@ async fn release_gives_the_job_back(store: Arc<dyn Store>) {
 async fn concurrent_claimers_never_share_a_job(store: Arc<dyn Store>) {
     for i in 0..30 {
         store
-            .enqueue(&delivery(
-                &format!("c{i}"),
-                Some(&format!("o/r#{}", i % 10)),
-            ))
+            .enqueue(delivery(&format!("c{i}"), Some(&format!("o/r#{}", i % 10))))
             .await
             .unwrap();
     }
@@ -344,11 +341,8 @@ async fn concurrent_claimers_never_share_a_job(store: Arc<dyn Store>) {
 }
 
 async fn control_claims_take_only_unlaned_jobs(store: Arc<dyn Store>) {
-    let run = store
-        .enqueue(&delivery("run", Some("o/r#1")))
-        .await
-        .unwrap();
-    let stop = store.enqueue(&delivery("stop", None)).await.unwrap();
+    let run = store.enqueue(delivery("run", Some("o/r#1"))).await.unwrap();
+    let stop = store.enqueue(delivery("stop", None)).await.unwrap();
     let first = store
         .claim("ctl", LEASE, Claim::Unlaned)
         .await
@@ -373,7 +367,7 @@ async fn control_claims_take_only_unlaned_jobs(store: Arc<dyn Store>) {
 async fn recent_is_newest_first(store: Arc<dyn Store>) {
     for i in 0..5 {
         store
-            .enqueue(&delivery(&format!("n{i}"), None))
+            .enqueue(delivery(&format!("n{i}"), None))
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -425,7 +419,7 @@ async fn sqlite_store_survives_reopen() {
     let path = dir.path().join("serve.db");
     let id = {
         let store = SqliteStore::open(&path).await.unwrap();
-        store.enqueue(&delivery("keep", None)).await.unwrap()
+        store.enqueue(delivery("keep", None)).await.unwrap()
     };
     let store = SqliteStore::open(&path).await.unwrap();
     let job = store.job(id.job_id()).await.unwrap().unwrap();
@@ -495,13 +489,13 @@ async fn postgres_database_before_the_merge_keeps_its_jobs() {
     assert_eq!(merged, [("ja".into(), 2, 30), ("jb".into(), 1, 20)]);
     assert_eq!(store.job("jb").await.unwrap().unwrap().payload, b"{}");
     assert_eq!(
-        store.enqueue(&delivery("a", None)).await.unwrap(),
+        store.enqueue(delivery("a", None)).await.unwrap(),
         Enqueued::Requeued {
             job_id: "ja".into()
         }
     );
     assert_eq!(
-        store.enqueue(&delivery("b", None)).await.unwrap(),
+        store.enqueue(delivery("b", None)).await.unwrap(),
         Enqueued::Duplicate {
             job_id: "jb".into(),
             state: JobState::Succeeded
@@ -537,7 +531,7 @@ async fn postgres_over_tls_is_encrypted_and_the_server_is_verified() {
     let store = PostgresStore::connect(&required)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let first = store.enqueue(&delivery("tls-1", None)).await.unwrap();
+    let first = store.enqueue(delivery("tls-1", None)).await.unwrap();
     assert!(matches!(first, Enqueued::New { .. }), "{first:?}");
     let mut conn = sqlx::PgConnection::connect(&required).await.unwrap();
     let (ssl,): (bool,) =
