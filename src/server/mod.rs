@@ -20,12 +20,16 @@ pub mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::extract::State;
 use axum::routing::{get, post};
+use axum::{Router, ServiceExt as _};
+use futures_util::FutureExt as _;
+use futures_util::future::Either;
 use secrecy::SecretString;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 
 pub use error::{Error, Result};
 pub use metrics::Metrics;
@@ -89,7 +93,20 @@ pub async fn serve(
 ) -> Result<()> {
     let addr = listener.local_addr().ok();
     tracing::info!(?addr, "webhook server listening");
-    axum::serve(listener, router(state))
+    // `POST /webhook` goes straight to its handler, every other request through the router
+    // (which routes `/webhook` the same way): the router's matching, path parameters and
+    // boxed handler service cost allocations on every delivery.
+    let routes = router(state.clone());
+    let app = tower::service_fn(move |request: axum::extract::Request| {
+        let webhook =
+            request.method() == axum::http::Method::POST && request.uri().path() == "/webhook";
+        if webhook {
+            Either::Left(webhook::receive(State(state.clone()), request).map(Ok))
+        } else {
+            Either::Right(routes.clone().oneshot(request))
+        }
+    });
+    axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .map_err(|source| Error::Serve { source })

@@ -450,6 +450,42 @@ async fn unknown_events_are_2xx_and_ignored() {
     assert_eq!(bot.store.delivery_count().await.unwrap(), 0);
 }
 
+/// `POST /webhook` takes a way of its own around the router; every other method and path is
+/// still the router's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_methods_and_paths_are_the_routers() {
+    let bot = start(ok_runner(), 1).await;
+    let client = client();
+    let get = client
+        .get(format!("{}/webhook", bot.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    let elsewhere = client
+        .post(format!("{}/webhooks", bot.url))
+        .body(issue_payload(1, "t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), 404);
+    // With a query string, still the webhook (and still refused unsigned).
+    let unsigned = client
+        .post(format!("{}/webhook?from=test", bot.url))
+        .body(issue_payload(1, "t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), 401);
+    let health = client
+        .get(format!("{}/healthz", bot.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(bot.store.delivery_count().await.unwrap(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_stop_cancels_the_running_job_of_its_issue() {
     let runner = TestRunner::new(|job, _| {
