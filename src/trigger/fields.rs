@@ -142,7 +142,8 @@ type Result<T> = std::result::Result<T, NotJson>;
 /// before they are compared.
 ///
 /// A scan of its own rather than `serde_json` (which it replaced): the webhook bot cuts every
-/// delivery before it answers, and going through serde's visitors cost ~2.5 times as much.
+/// delivery before it answers, and through serde's visitors the cut cost 2.4 times the body's
+/// HMAC instead of 1.5 times (in the receiver's profile, before and after).
 pub fn project(payload: &[u8]) -> Result<Vec<u8>> {
     // JSON text is UTF-8 (RFC 8259 §8.1): checked once for the whole body, so the scan treats
     // strings as bytes and whatever it copies is UTF-8.
