@@ -11,7 +11,7 @@ use super::error::{Error, Result};
 use super::record::{PendingApproval, PrRef, RunRecord, files, now};
 use super::report::{self, CostLine, Review, VerifyLine};
 use super::state::{RunState, write_atomic};
-use super::{prompt, tools as run_tools};
+use super::{failpoint, prompt, tools as run_tools};
 use crate::audit::chain::{self, Appender, Kind};
 use crate::audit::redact::Redactor;
 use crate::config::Config;
@@ -105,17 +105,6 @@ pub struct Outcome {
     pub record: RunRecord,
     /// The run directory.
     pub run_dir: PathBuf,
-}
-
-/// Kill this process with SIGKILL at a named point when `GIT_AGENT_TEST_KILL_AT` names it:
-/// the crash-and-resume tests' way to stop a run exactly there, as `kill -9` would.
-fn failpoint(name: &str) {
-    if std::env::var("GIT_AGENT_TEST_KILL_AT").is_ok_and(|v| v == name) {
-        // SAFETY: getpid and kill are async-signal-safe libc calls with valid arguments.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
 }
 
 fn slug(text: &str) -> String {

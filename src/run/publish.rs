@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::engine::{self, Services, StartOptions};
 use super::error::{Error, Result};
+use super::failpoint;
 use super::record::{PrRef, RunRecord, files, first_line};
 use super::state::RunState;
 use crate::audit::chain::{Appender, Kind};
@@ -556,6 +557,7 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
         Kind::Push,
         json!({"remote": redact_remote(&remote), "refs": refs}),
     )?;
+    failpoint("after-push");
 
     let mut pr_url = None;
     let wants_pr =
@@ -585,6 +587,7 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
         rec.pr = Some(PrRef::Url(pr.html_url.clone()));
         pr_url = Some(pr.html_url);
     }
+    failpoint("after-pr");
     rec.audit_head = Some(audit.head()?);
     rec.save(&dir)
         .map_err(|e| Error::io("cannot write the record in", &dir, e))?;

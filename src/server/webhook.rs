@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::signature;
+use crate::run::failpoint;
 use crate::store::{Enqueued, NewDelivery};
 use crate::trigger::command::{self, Command};
 use crate::trigger::fields;
@@ -30,17 +31,6 @@ pub const HANDLED_EVENTS: &[&str] = &[
 /// of an unsigned request is anyone's string, and one label per string would let anyone grow
 /// the metrics without bound.
 const UNVERIFIED: &str = "(unverified)";
-
-/// Kill this process at a named point when `GIT_AGENT_TEST_KILL_AT` names it, as `kill -9`
-/// would: the crash tests' way to stop the server exactly there.
-fn failpoint(name: &str) {
-    if std::env::var("GIT_AGENT_TEST_KILL_AT").is_ok_and(|v| v == name) {
-        // SAFETY: getpid and kill are async-signal-safe libc calls with valid arguments.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
-}
 
 fn reply(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()

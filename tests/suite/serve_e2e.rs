@@ -368,39 +368,88 @@ async fn a_labeled_issue_becomes_one_draft_pr_through_the_bot() {
     bot.stop();
 }
 
-/// The worker is killed (SIGKILL, at the run's `after-plan` crash point) in the middle of
-/// the run; after a restart the job is claimed again once its lease runs out and the same
-/// run is continued: one branch, one draft PR.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_killed_mid_run_continues_the_same_run_after_restart() {
+/// The worker is killed (SIGKILL) at `point` of its job; after a restart the job is claimed
+/// again once its lease runs out and the same run is continued: one run, one branch, one
+/// draft PR, one progress comment, the job finished once (on its second attempt).
+async fn worker_killed_at(point: &str) {
     let w = world().await;
     let port = free_port();
-    let mut bot = Running::start(&w, port, Some("after-plan")).await;
-    assert_eq!(bot.post("issues", "e2e-kill", &w.payload).await, 202);
+    let mut bot = Running::start(&w, port, Some(point)).await;
+    let delivery = format!("e2e-kill-{point}");
+    assert_eq!(bot.post("issues", &delivery, &w.payload).await, 202);
     let status = bot.child.wait().unwrap();
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(9)
+        Some(9),
+        "{point}: killed there"
     );
     assert_eq!(
         bot.store.recent(5).await.unwrap()[0].state,
-        JobState::Running
+        JobState::Running,
+        "{point}"
     );
 
     let bot = Running::start(&w, port, None).await;
-    let job = bot.finished("e2e-kill").await;
-    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
-    assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
-    assert_eq!(job.attempts, 2);
+    let job = bot.finished(&delivery).await;
+    assert_eq!(job.state, JobState::Succeeded, "{point}: {job:?}");
+    assert_eq!(
+        job.run_state.as_deref(),
+        Some("succeeded"),
+        "{point}: {job:?}"
+    );
+    assert_eq!(job.attempts, 2, "{point}");
+    assert!(job.pr_url.is_some(), "{point}: {job:?}");
     let runs: Vec<_> = std::fs::read_dir(w.tmp.path().join("state/repos"))
         .unwrap()
         .flat_map(|o| std::fs::read_dir(o.unwrap().path()).unwrap())
         .flat_map(|r| std::fs::read_dir(r.unwrap().path().join("agent/runs")).unwrap())
         .collect();
-    assert_eq!(runs.len(), 1, "one run, continued");
+    assert_eq!(runs.len(), 1, "{point}: one run, continued");
     w.check_one_pr_and_the_fixed_branch();
-    assert_eq!(w.progress_comments().len(), 1);
+    let comments = w.progress_comments();
+    assert_eq!(comments.len(), 1, "{point}: {comments:#?}");
+    assert!(
+        comments[0].contains("✅ succeeded"),
+        "{point}: {}",
+        comments[0]
+    );
+    // A redelivery of the finished job does nothing.
+    assert_eq!(bot.post("issues", &delivery, &w.payload).await, 200);
     bot.stop();
+}
+
+// One test per stage of a job, so they run side by side: in the run (worktree, baseline,
+// plan, commit) and in its publishing (the branch pushed, the draft PR opened but not yet
+// recorded).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_worktree_finishes_the_job_once() {
+    worker_killed_at("after-worktree").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_baseline_finishes_the_job_once() {
+    worker_killed_at("after-baseline").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_plan_finishes_the_job_once() {
+    worker_killed_at("after-plan").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_commit_finishes_the_job_once() {
+    worker_killed_at("after-commit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_push_finishes_the_job_once() {
+    worker_killed_at("after-push").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_pr_is_opened_finishes_the_job_once() {
+    worker_killed_at("after-pr").await;
 }
 
 /// A policy `ask` pauses the bot's run (no PR; the progress comment says what waits);
