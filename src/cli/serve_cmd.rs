@@ -87,9 +87,11 @@ fn state_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/git-agent"))
 }
 
-fn init_tracing(filter: &str, format: LogFormat) {
+/// Logging to stderr, as text or one JSON object a line. A filter that does not parse is an
+/// error: a server started with a typo in `--log` must not run with logs other than asked.
+fn init_tracing(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .with_context(|| format!("cannot read the log filter {filter:?} (--log, GIT_AGENT_LOG)"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -97,6 +99,7 @@ fn init_tracing(filter: &str, format: LogFormat) {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    Ok(())
 }
 
 /// The bot's run path: mirror the repository's base branch into a bare repository under the
@@ -327,7 +330,7 @@ async fn engine_publish(
 
 /// Run the server until SIGINT or SIGTERM.
 pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
-    init_tracing(log, args.log_format);
+    init_tracing(log, args.log_format)?;
     let Some(secret) = args.webhook_secret.clone().filter(|s| !s.is_empty()) else {
         bail!(
             "no webhook secret: set --webhook-secret or GIT_AGENT_WEBHOOK_SECRET (the server \
@@ -407,11 +410,16 @@ pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        eprintln!(
-            "git agent serve: listening on http://{} (store {})",
-            listener.local_addr()?,
-            store::display_url(&url)
-        );
+        let (addr, shown) = (listener.local_addr()?, store::display_url(&url));
+        match args.log_format {
+            // A log collector reads every line of stderr as JSON: the start is a log record.
+            LogFormat::Json => {
+                tracing::info!(listen = %addr, store = %shown, "git agent serve started");
+            }
+            LogFormat::Text => {
+                eprintln!("git agent serve: listening on http://{addr} (store {shown})");
+            }
+        }
         let signals = shutdown.clone();
         tokio::spawn(async move {
             wait_for_signal().await;

@@ -81,6 +81,17 @@ fn spawn_serve(db: &std::path::Path, port: u16, api: &str, kill_at: Option<&str>
 }
 
 fn spawn_serve_url(db_url: &str, port: u16, api: &str, kill_at: Option<&str>) -> Served {
+    let mut cmd = serve_command(db_url, port, api);
+    match kill_at {
+        Some(k) => cmd.env("GIT_AGENT_TEST_KILL_AT", k),
+        None => cmd.env_remove("GIT_AGENT_TEST_KILL_AT"),
+    };
+    Served(cmd.spawn().unwrap())
+}
+
+/// `git agent serve` on `port` with one worker, a 2 s lease and no grace, the store at
+/// `db_url` and the GitHub API at `api`; warnings to the test's stderr.
+fn serve_command(db_url: &str, port: u16, api: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-agent"));
     cmd.args([
         "serve",
@@ -102,13 +113,11 @@ fn spawn_serve_url(db_url: &str, port: u16, api: &str, kill_at: Option<&str>) ->
     .env_remove("GIT_AGENT_APP_ID")
     .env_remove("GIT_AGENT_APP_KEY")
     .env("GIT_AGENT_LOG", "warn")
+    .env_remove("GIT_AGENT_LOG_FORMAT")
+    .env_remove("GIT_AGENT_TEST_KILL_AT")
     .stdout(Stdio::null())
     .stderr(Stdio::inherit());
-    match kill_at {
-        Some(k) => cmd.env("GIT_AGENT_TEST_KILL_AT", k),
-        None => cmd.env_remove("GIT_AGENT_TEST_KILL_AT"),
-    };
-    Served(cmd.spawn().unwrap())
+    cmd
 }
 
 async fn wait_healthy(url: &str) {
@@ -266,6 +275,105 @@ fn serve_refuses_to_start_without_a_webhook_secret() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no webhook secret"), "{err}");
+}
+
+/// `--log-format json`: every line the server logs is one JSON object, and a delivery's line
+/// carries its id, event and outcome as fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_a_line_with_the_deliverys_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, _fake) = fake_github().await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let db = dir.path().join("serve.db");
+    let mut cmd = serve_command(&format!("sqlite://{}", db.display()), port, &api);
+    cmd.args(["--log-format", "json"])
+        .env("GIT_AGENT_LOG", "info")
+        .stderr(Stdio::piped());
+    let mut child = Served(cmd.spawn().unwrap());
+    wait_healthy(&url).await;
+    let resp = deliver(
+        &client(),
+        &url,
+        "issues",
+        "json-log-1",
+        issue_payload(31, "json logs"),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let store = SqliteStore::open(&db).await.unwrap();
+    wait_job(&store, |j| j.state.is_finished()).await;
+    // The worker logs the job's end just after storing it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    child.kill().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut out).unwrap();
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+    let started = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "git agent serve started")
+        .unwrap_or_else(|| panic!("no start line: {lines:#?}"));
+    assert_eq!(started["fields"]["listen"], format!("127.0.0.1:{port}"));
+    let delivery = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "delivery")
+        .unwrap_or_else(|| panic!("no delivery line: {lines:#?}"));
+    assert_eq!(delivery["fields"]["delivery_id"], "json-log-1");
+    assert_eq!(delivery["fields"]["event"], "issues");
+    assert_eq!(delivery["fields"]["outcome"], "queued");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "job finished"),
+        "{lines:#?}"
+    );
+}
+
+/// A `--log` filter that does not parse is refused at start, not silently replaced.
+#[test]
+fn serve_refuses_a_log_filter_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Served(
+        Command::new(env!("CARGO_BIN_EXE_git-agent"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log",
+                "git_agent=loud",
+            ])
+            .arg("--state-dir")
+            .arg(dir.path())
+            .env("GIT_AGENT_WEBHOOK_SECRET", "s")
+            .env("GITHUB_TOKEN", "x")
+            .env_remove("GIT_AGENT_DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // A server that started anyway would run until killed: wait a bounded time.
+    let mut status = None;
+    for _ in 0..400 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = status.expect("the server started with a filter it cannot read");
+    assert_eq!(status.code(), Some(2));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("cannot read the log filter"), "{err}");
 }
 
 /// Two `serve` processes on one Postgres: deliveries sent to either (the same delivery to
