@@ -85,14 +85,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serve `state` on `listener` until `shutdown` fires; in-flight requests finish first.
+/// Serve `state` on `listener` until `shutdown` fires; in-flight requests finish first. The
+/// caller says where it listens (`git agent serve` prints or logs its address and store).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let addr = listener.local_addr().ok();
-    tracing::info!(?addr, "webhook server listening");
     // `POST /webhook` goes straight to its handler, every other request through the router
     // (which routes `/webhook` the same way): the router's matching, path parameters and
     // boxed handler service cost allocations on every delivery.

@@ -172,6 +172,55 @@ struct Scan<'a> {
     depth: u32,
 }
 
+/// Where an object's key is in the text (between its quotes), and whether it holds escapes.
+#[derive(Clone, Copy)]
+struct Key {
+    start: usize,
+    end: usize,
+    escaped: bool,
+}
+
+impl Key {
+    /// The index of the field in `fields` this key names, `None` for one not kept.
+    fn field(self, text: &[u8], fields: &[Field]) -> Option<usize> {
+        let raw = &text[self.start..self.end];
+        let position = |key: &[u8]| fields.iter().position(|f| f.name.as_bytes() == key);
+        if !self.escaped {
+            return position(raw);
+        }
+        // Rare: decode the escapes (the scan has checked them). Field names are ASCII, so any
+        // other character is kept as a byte no name holds.
+        let mut key = Vec::with_capacity(raw.len());
+        let mut i = 0;
+        while i < raw.len() {
+            if raw[i] != b'\\' {
+                key.push(raw[i]);
+                i += 1;
+                continue;
+            }
+            let (byte, len) = match raw[i + 1] {
+                b'b' => (0x08, 2),
+                b'f' => (0x0c, 2),
+                b'n' => (b'\n', 2),
+                b'r' => (b'\r', 2),
+                b't' => (b'\t', 2),
+                b'u' => {
+                    let hex = std::str::from_utf8(&raw[i + 2..i + 6]).unwrap_or("");
+                    let code = u32::from_str_radix(hex, 16).unwrap_or(u32::MAX);
+                    (
+                        u8::try_from(code).ok().filter(u8::is_ascii).unwrap_or(0xff),
+                        6,
+                    )
+                }
+                other => (other, 2),
+            };
+            key.push(byte);
+            i += len;
+        }
+        position(&key)
+    }
+}
+
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
@@ -236,21 +285,15 @@ impl Scan<'_> {
         match self.peek() {
             Some(b'{') => self.cut_object(fields, out),
             Some(b'[') => {
-                self.enter()?;
                 out.push(b'[');
-                if self.close(b']')? {
-                    out.push(b']');
-                    return Ok(());
-                }
-                loop {
-                    self.cut(fields, out)?;
-                    self.space();
-                    if self.next_or_close(b']', "expected `,` or `]` in an array")? {
-                        out.push(b']');
-                        return Ok(());
+                self.elements(|scan, first| {
+                    if !first {
+                        out.push(b',');
                     }
-                    out.push(b',');
-                }
+                    scan.cut(fields, out)
+                })?;
+                out.push(b']');
+                Ok(())
             }
             _ => self.copy(out),
         }
@@ -265,46 +308,34 @@ impl Scan<'_> {
     }
 
     fn cut_object(&mut self, fields: &'static [Field], out: &mut Vec<u8>) -> Result<()> {
-        self.enter()?;
         let start = out.len();
         out.push(b'{');
         // Where each kept field's `"name":value` is in `out`, and which were seen.
         let mut kept = [(0usize, 0usize); MAX_FIELDS];
         let mut seen = 0u32;
         let mut repeated = false;
-        if !self.close(b'}')? {
-            loop {
-                let found = self.key(fields)?;
-                self.space();
-                self.expect(b':', "expected `:` after an object key")?;
-                self.space();
-                match found {
-                    None => self.skip()?,
-                    Some(i) => {
-                        if seen != 0 {
-                            out.push(b',');
-                        }
-                        repeated |= seen & (1 << i) != 0;
-                        seen |= 1 << i;
-                        let from = out.len();
-                        let field = &fields[i];
-                        out.push(b'"');
-                        out.extend_from_slice(field.name.as_bytes());
-                        out.extend_from_slice(b"\":");
-                        if field.inner.is_empty() {
-                            self.copy(out)?;
-                        } else {
-                            self.cut(field.inner, out)?;
-                        }
-                        kept[i] = (from, out.len());
-                    }
-                }
-                self.space();
-                if self.next_or_close(b'}', "expected `,` or `}` in an object")? {
-                    break;
-                }
+        self.members(|scan, key| {
+            let Some(i) = key.field(scan.text, fields) else {
+                return scan.skip();
+            };
+            if seen != 0 {
+                out.push(b',');
             }
-        }
+            repeated |= seen & (1 << i) != 0;
+            seen |= 1 << i;
+            let from = out.len();
+            let field = &fields[i];
+            out.push(b'"');
+            out.extend_from_slice(field.name.as_bytes());
+            out.extend_from_slice(b"\":");
+            if field.inner.is_empty() {
+                scan.copy(out)?;
+            } else {
+                scan.cut(field.inner, out)?;
+            }
+            kept[i] = (from, out.len());
+            Ok(())
+        })?;
         if repeated {
             // A key given twice: keep only each field's last value.
             let written = out.split_off(start);
@@ -325,26 +356,64 @@ impl Scan<'_> {
         Ok(())
     }
 
-    /// One level deeper (past the opening bracket here), refused past [`MAX_DEPTH`].
-    fn enter(&mut self) -> Result<()> {
+    /// Step over the array here, calling `element` at each element (with whether it is the
+    /// first); `element` must step over it.
+    fn elements(&mut self, mut element: impl FnMut(&mut Self, bool) -> Result<()>) -> Result<()> {
+        if self.enter(b']')? {
+            return Ok(());
+        }
+        let mut first = true;
+        loop {
+            element(self, first)?;
+            first = false;
+            self.space();
+            if self.next_or_close(b']', "expected `,` or `]` in an array")? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Step over the object here, calling `value` at each member's value with its key;
+    /// `value` must step over the value.
+    fn members(&mut self, mut value: impl FnMut(&mut Self, Key) -> Result<()>) -> Result<()> {
+        if self.enter(b'}')? {
+            return Ok(());
+        }
+        loop {
+            self.expect(b'"', "expected a string key")?;
+            let start = self.at;
+            let escaped = self.string()?;
+            let key = Key {
+                start,
+                end: self.at - 1,
+                escaped,
+            };
+            self.space();
+            self.expect(b':', "expected `:` after an object key")?;
+            self.space();
+            value(self, key)?;
+            self.space();
+            if self.next_or_close(b'}', "expected `,` or `}` in an object")? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One level deeper (past the opening bracket here, refused past [`MAX_DEPTH`]); whether
+    /// the container ends right away (then stepped over its `close`, one level up again).
+    fn enter(&mut self, close: u8) -> Result<bool> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             return Err(self.fail("nested too deep"));
         }
         self.at += 1;
         self.space();
-        Ok(())
-    }
-
-    /// Whether the container ends right here (just opened): steps over `close` if so.
-    fn close(&mut self, close: u8) -> Result<bool> {
         if self.peek() == Some(close) {
             self.at += 1;
             self.depth -= 1;
-            Ok(true)
-        } else {
-            Ok(false)
+            return Ok(true);
         }
+        Ok(false)
     }
 
     /// After a member: `,` (then the next member, `Ok(false)`) or `close` (`Ok(true)`).
@@ -364,48 +433,6 @@ impl Scan<'_> {
         }
     }
 
-    /// An object key: the index of its field in `fields`, `None` for one not kept.
-    fn key(&mut self, fields: &'static [Field]) -> Result<Option<usize>> {
-        self.expect(b'"', "expected a string key")?;
-        let start = self.at;
-        let escaped = self.string()?;
-        let raw = &self.text[start..self.at - 1];
-        let position = |key: &[u8]| fields.iter().position(|f| f.name.as_bytes() == key);
-        if !escaped {
-            return Ok(position(raw));
-        }
-        // Rare: decode the escapes. Field names are ASCII, so any other character is kept as
-        // a byte no name holds.
-        let mut key = Vec::with_capacity(raw.len());
-        let mut i = 0;
-        while i < raw.len() {
-            if raw[i] != b'\\' {
-                key.push(raw[i]);
-                i += 1;
-                continue;
-            }
-            let (byte, len) = match raw[i + 1] {
-                b'b' => (0x08, 2),
-                b'f' => (0x0c, 2),
-                b'n' => (b'\n', 2),
-                b'r' => (b'\r', 2),
-                b't' => (b'\t', 2),
-                b'u' => {
-                    let hex = std::str::from_utf8(&raw[i + 2..i + 6]).unwrap_or("");
-                    let code = u32::from_str_radix(hex, 16).unwrap_or(u32::MAX);
-                    (
-                        u8::try_from(code).ok().filter(u8::is_ascii).unwrap_or(0xff),
-                        6,
-                    )
-                }
-                other => (other, 2),
-            };
-            key.push(byte);
-            i += len;
-        }
-        Ok(position(&key))
-    }
-
     /// Check and step over the value here, building nothing.
     fn skip(&mut self) -> Result<()> {
         match self.peek() {
@@ -413,37 +440,8 @@ impl Scan<'_> {
                 self.at += 1;
                 self.string().map(drop)
             }
-            Some(b'{') => {
-                self.enter()?;
-                if self.close(b'}')? {
-                    return Ok(());
-                }
-                loop {
-                    self.expect(b'"', "expected a string key")?;
-                    self.string()?;
-                    self.space();
-                    self.expect(b':', "expected `:` after an object key")?;
-                    self.space();
-                    self.skip()?;
-                    self.space();
-                    if self.next_or_close(b'}', "expected `,` or `}` in an object")? {
-                        return Ok(());
-                    }
-                }
-            }
-            Some(b'[') => {
-                self.enter()?;
-                if self.close(b']')? {
-                    return Ok(());
-                }
-                loop {
-                    self.skip()?;
-                    self.space();
-                    if self.next_or_close(b']', "expected `,` or `]` in an array")? {
-                        return Ok(());
-                    }
-                }
-            }
+            Some(b'{') => self.members(|scan, _| scan.skip()),
+            Some(b'[') => self.elements(|scan, _| scan.skip()),
             Some(b't') => self.word(b"true"),
             Some(b'f') => self.word(b"false"),
             Some(b'n') => self.word(b"null"),
