@@ -41,6 +41,18 @@ pub enum Error {
         /// Why this key is reserved to the user.
         why: &'static str,
     },
+    /// The repository file set a key in a way that would loosen what the layers below chose.
+    #[error(
+        "{origin}: `{key}` may only be tightened by the repository's configuration: {message}; change it in your user config, the environment or a flag instead"
+    )]
+    Loosens {
+        /// The repository file.
+        origin: Source,
+        /// The dotted key.
+        key: String,
+        /// What the file asked for and what it may do, naming both values.
+        message: String,
+    },
     /// A file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -405,27 +417,99 @@ pub struct Settings {
     pub git: GitConfig,
 }
 
-/// Keys (dotted, with `*` for any one segment) that the repository layer may not set.
-const REPO_FORBIDDEN: &[(&str, &str)] = &[
+/// How the repository layer may set a key. The repository's file is untrusted: it may only
+/// tighten what the layers below it (built-in defaults and the user's file) chose, so every
+/// key it can name has a rule here, and a key without one is refused (a new setting is
+/// user-only until someone decides otherwise).
+#[derive(Debug, Clone, Copy)]
+enum RepoRule {
+    /// Free to set: names, labels, model names, the test command.
+    Free,
+    /// A number that may only go down (budgets, timeouts, attempts).
+    Lower,
+    /// A switch that may only be turned off.
+    OnlyOff,
+    /// `policy.network`: only towards `off`.
+    Network,
+    /// `policy.default_command`: only towards `forbid`.
+    Stricter,
+    /// A list that may only keep entries of the list below (allowed bots, allowed hosts).
+    Subset,
+    /// An allow-list where empty means "everything": it may narrow an empty list to any
+    /// entries, and otherwise keep only entries of the list below.
+    Narrow,
+    /// A list the repository adds to; the entries below stay (deny globs, command rules).
+    Append,
+    /// Not settable by the repository, for the reason given.
+    Forbidden(&'static str),
+}
+
+/// Every key (dotted, `*` for any one segment; a section name covers the whole section) the
+/// repository layer may name, with its rule. First match wins.
+const REPO_RULES: &[(&str, RepoRule)] = &[
+    ("trigger.label", RepoRule::Free),
+    ("trigger.command", RepoRule::Free),
+    ("trigger.ci_failure", RepoRule::OnlyOff),
+    ("trigger.allowed_bots", RepoRule::Subset),
+    ("trigger.permissions", RepoRule::Subset),
+    ("trigger.max_ci_attempts", RepoRule::Lower),
+    ("models.fallback", RepoRule::Free),
+    ("models.*", RepoRule::Free),
     (
         "providers.*.base_url",
-        "a provider URL decides where prompts and keys are sent",
+        RepoRule::Forbidden("a provider URL decides where prompts and keys are sent"),
     ),
     (
         "providers.*.api_key_env",
-        "an API-key variable name decides which secret is sent",
-    ),
-    (
-        "sandbox.mode",
-        "the sandbox protects the machine running the agent",
-    ),
-    (
-        "sandbox",
-        "the sandbox protects the machine running the agent",
+        RepoRule::Forbidden("an API-key variable name decides which secret is sent"),
     ),
     (
         "providers",
-        "provider settings decide where prompts and keys are sent",
+        RepoRule::Forbidden("provider settings decide where prompts and keys are sent"),
+    ),
+    ("model_net.*", RepoRule::Lower),
+    (
+        "prices",
+        RepoRule::Forbidden("prices decide what the spending cap measures"),
+    ),
+    ("budget.*", RepoRule::Lower),
+    ("verify.test", RepoRule::Free),
+    ("verify.timeout_minutes", RepoRule::Lower),
+    ("policy.allow_paths", RepoRule::Narrow),
+    ("policy.deny_paths", RepoRule::Append),
+    ("policy.network", RepoRule::Network),
+    ("policy.network_allow", RepoRule::Subset),
+    ("policy.commands", RepoRule::Append),
+    ("policy.default_command", RepoRule::Stricter),
+    (
+        "sandbox.mode",
+        RepoRule::Forbidden("the sandbox protects the machine running the agent"),
+    ),
+    (
+        "sandbox",
+        RepoRule::Forbidden("the sandbox protects the machine running the agent"),
+    ),
+    (
+        "git.branch_prefix",
+        RepoRule::Forbidden(
+            "the push guard and the ownership of pull requests are keyed on the branch prefix",
+        ),
+    ),
+    (
+        "git.author_name",
+        RepoRule::Forbidden("the commit identity says who made a commit"),
+    ),
+    (
+        "git.author_email",
+        RepoRule::Forbidden("the commit identity says who made a commit"),
+    ),
+    (
+        "git.remote",
+        RepoRule::Forbidden("the remote decides where the run's branches are pushed"),
+    ),
+    (
+        "git",
+        RepoRule::Forbidden("commit identity and branch naming are the operator's"),
     ),
 ];
 
@@ -481,13 +565,31 @@ impl Config {
         let mut origins = BTreeMap::new();
         record_origins(&merged, "", &Source::Default, &mut origins);
         for layer in layers {
-            let (table, origin) = layer_table(layer)?;
+            let (mut table, origin) = layer_table(layer)?;
+            let mut appended = Vec::new();
             if let Source::Repo { .. } = origin {
-                check_repo_layer(&table, "", &origin)?;
+                check_repo_forbidden(&table, "", &origin)?;
+                // Validate before the tightening checks so a typo reads as an unknown key.
+                validate(&table, &origin)?;
+                appended = tighten_repo_layer(&mut table, "", &merged, &origin)?;
+            } else {
+                // Validate the layer on its own so an unknown key names this layer's origin.
+                validate(&table, &origin)?;
             }
-            // Validate the layer on its own so an unknown key names this layer's origin.
-            validate(&table, &origin)?;
+            let kept: Vec<(String, Option<Source>)> = appended
+                .iter()
+                .map(|a| (a.key.clone(), origins.get(&a.key).cloned()))
+                .collect();
             record_origins(&table, "", &origin, &mut origins);
+            // An appended list keeps its own origin; each added entry names the repository.
+            for (a, (key, old)) in appended.iter().zip(kept) {
+                if let Some(old) = old {
+                    origins.insert(key.clone(), old);
+                }
+                for i in a.from..a.to {
+                    origins.insert(format!("{key}.{i}"), origin.clone());
+                }
+            }
             merge(&mut merged, table);
         }
         let settings = toml::Value::Table(merged)
@@ -666,27 +768,182 @@ fn validate(table: &toml::Table, origin: &Source) -> Result<()> {
         })
 }
 
-fn check_repo_layer(table: &toml::Table, prefix: &str, origin: &Source) -> Result<()> {
+/// A list the repository layer appended to: entries `from..to` of `key` are its own.
+struct Appended {
+    key: String,
+    from: usize,
+    to: usize,
+}
+
+fn repo_rule(key: &str) -> Option<RepoRule> {
+    REPO_RULES
+        .iter()
+        .find(|(pattern, _)| glob_key(pattern, key))
+        .map(|(_, rule)| *rule)
+}
+
+/// Refuse user-only keys before anything else looks at the file, so the refusal names the
+/// key whatever its value's type.
+fn check_repo_forbidden(table: &toml::Table, prefix: &str, origin: &Source) -> Result<()> {
     for (k, v) in table {
         let key = join(prefix, k);
-        for (pattern, why) in REPO_FORBIDDEN {
-            let is_leaf_rule = pattern.contains('.');
-            let matches = glob_key(pattern, &key);
-            // A whole-section rule (`sandbox`) only fires when the section is not a table
-            // we can look into; leaf rules fire on the leaf.
-            if matches && (is_leaf_rule || !v.is_table()) {
+        // A whole-section rule (`sandbox`) only fires when the section is not a table we can
+        // look into for a more precise leaf rule.
+        if let Some(RepoRule::Forbidden(why)) = repo_rule(&key)
+            && !v.as_table().is_some_and(|t| has_rule_below(t, &key))
+        {
+            return Err(Error::Forbidden {
+                origin: origin.clone(),
+                key,
+                why,
+            });
+        }
+        if let toml::Value::Table(sub) = v {
+            check_repo_forbidden(sub, &key, origin)?;
+        }
+    }
+    Ok(())
+}
+
+fn has_rule_below(table: &toml::Table, prefix: &str) -> bool {
+    table.iter().any(|(k, v)| {
+        let key = join(prefix, k);
+        repo_rule(&key).is_some() || v.as_table().is_some_and(|t| has_rule_below(t, &key))
+    })
+}
+
+fn lookup<'t>(table: &'t toml::Table, key: &str) -> Option<&'t toml::Value> {
+    let mut parts = key.split('.');
+    let mut v = table.get(parts.next()?)?;
+    for p in parts {
+        v = v.as_table()?.get(p)?;
+    }
+    Some(v)
+}
+
+fn number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) => Some(*f),
+        _ => None,
+    }
+}
+
+fn rank(v: &toml::Value, order: &[&str]) -> Option<usize> {
+    order.iter().position(|o| v.as_str() == Some(o))
+}
+
+/// Check the repository layer against the merged layers below it, key by key, and turn its
+/// appended lists into the combined list. Returns the lists it appended to.
+fn tighten_repo_layer(
+    table: &mut toml::Table,
+    prefix: &str,
+    below: &toml::Table,
+    origin: &Source,
+) -> Result<Vec<Appended>> {
+    let mut appended = Vec::new();
+    for (k, v) in table.iter_mut() {
+        let key = join(prefix, k);
+        let rule = match repo_rule(&key) {
+            Some(rule) => rule,
+            None if v.is_table() => {
+                if let toml::Value::Table(sub) = v {
+                    appended.extend(tighten_repo_layer(sub, &key, below, origin)?);
+                }
+                continue;
+            }
+            None => {
+                return Err(Error::Forbidden {
+                    origin: origin.clone(),
+                    key,
+                    why: "it is not among the settings a repository may tighten",
+                });
+            }
+        };
+        let old = lookup(below, &key);
+        let loosens = |message: String| Error::Loosens {
+            origin: origin.clone(),
+            key: key.clone(),
+            message,
+        };
+        match rule {
+            RepoRule::Free => {}
+            RepoRule::Forbidden(why) => {
                 return Err(Error::Forbidden {
                     origin: origin.clone(),
                     key,
                     why,
                 });
             }
-        }
-        if let toml::Value::Table(sub) = v {
-            check_repo_layer(sub, &key, origin)?;
+            RepoRule::Lower => {
+                if let (Some(new), Some(old)) = (number(v), old.and_then(number))
+                    && new > old
+                {
+                    return Err(loosens(format!(
+                        "it asks for {new}, above the {old} set below it; it may only lower it"
+                    )));
+                }
+            }
+            RepoRule::OnlyOff => {
+                if v.as_bool() == Some(true) && old.and_then(toml::Value::as_bool) == Some(false) {
+                    return Err(loosens(
+                        "it turns on what the layers below turned off; it may only turn it off"
+                            .into(),
+                    ));
+                }
+            }
+            RepoRule::Network | RepoRule::Stricter => {
+                let (order, towards): (&[&str], &str) = match rule {
+                    RepoRule::Network => (&["off", "allowlist", "on"], "off"),
+                    _ => (&["forbid", "ask", "allow"], "forbid"),
+                };
+                if let (Some(new), Some(old_rank)) =
+                    (rank(v, order), old.and_then(|o| rank(o, order)))
+                    && new > old_rank
+                {
+                    return Err(loosens(format!(
+                        "it asks for {v}, looser than the {} set below it; it may only move towards \"{towards}\"",
+                        order[old_rank]
+                    )));
+                }
+            }
+            RepoRule::Subset | RepoRule::Narrow => {
+                let old_list = old
+                    .and_then(toml::Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if matches!(rule, RepoRule::Narrow) && old_list.is_empty() {
+                    continue;
+                }
+                if let Some(extra) = v
+                    .as_array()
+                    .and_then(|new| new.iter().find(|e| !old_list.contains(e)))
+                {
+                    return Err(loosens(format!(
+                        "it adds {extra}, which the list set below it does not hold; it may only remove entries"
+                    )));
+                }
+            }
+            RepoRule::Append => {
+                let mut list = old
+                    .and_then(toml::Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let from = list.len();
+                if let toml::Value::Array(new) = v {
+                    for e in new.drain(..) {
+                        if !list.contains(&e) {
+                            list.push(e);
+                        }
+                    }
+                }
+                let to = list.len();
+                *v = toml::Value::Array(list);
+                appended.push(Appended { key, from, to });
+            }
         }
     }
-    Ok(())
+    Ok(appended)
 }
 
 fn glob_key(pattern: &str, key: &str) -> bool {
@@ -776,7 +1033,7 @@ mod tests {
         assert_eq!(env.len(), 1);
         let mut layers = vec![
             user("[budget]\nmax_usd = 9.0\nmax_turns = 10\n[models]\ncoder = \"openai:gpt-5\"\n"),
-            repo("[verify]\ntest = \"make test\"\n[budget]\nmax_turns = 20\n"),
+            repo("[verify]\ntest = \"make test\"\n[budget]\nmax_turns = 5\n"),
         ];
         layers.extend(env);
         layers.push(Layer::Value {
@@ -788,7 +1045,7 @@ mod tests {
         });
         let c = Config::resolve(layers).unwrap();
         assert_eq!(c.settings.budget.max_usd, 2.5);
-        assert_eq!(c.settings.budget.max_turns, 20);
+        assert_eq!(c.settings.budget.max_turns, 5);
         assert_eq!(c.settings.models.coder.as_deref(), Some("openai:gpt-5"));
         assert_eq!(c.settings.verify.test.as_deref(), Some("cargo test --lib"));
         assert!(
@@ -868,15 +1125,171 @@ mod tests {
     #[test]
     fn repository_may_set_policy_models_and_tests() {
         let c = Config::resolve([repo(
-            "[models]\ncoder = \"anthropic:claude-sonnet-4-5\"\n[policy]\nnetwork = \"allowlist\"\nnetwork_allow = [\"index.crates.io\"]\n[[policy.commands]]\nprefix = [\"cargo\", \"test\"]\ndecision = \"allow\"\n",
+            "[models]\ncoder = \"anthropic:claude-sonnet-4-5\"\n[policy]\nnetwork = \"off\"\n[[policy.commands]]\nprefix = [\"cargo\", \"test\"]\ndecision = \"allow\"\n[verify]\ntest = \"make check\"\n",
         )])
         .unwrap();
-        assert_eq!(c.settings.policy.network, NetworkMode::Allowlist);
+        assert_eq!(c.settings.policy.network, NetworkMode::Off);
         assert_eq!(c.settings.policy.commands.len(), 1);
+        assert_eq!(c.settings.verify.test.as_deref(), Some("make check"));
         assert!(matches!(
-            c.origin("policy.commands"),
+            c.origin("policy.commands.0"),
             Some(Source::Repo { .. })
         ));
+    }
+
+    /// The user's file as the operator wrote it, under every loosening test below.
+    const OPERATOR: &str = "[budget]\nmax_usd = 2.0\nmax_turns = 30\n[verify]\ntimeout_minutes = 10\n[policy]\nnetwork = \"allowlist\"\nnetwork_allow = [\"index.crates.io\"]\ndefault_command = \"ask\"\nallow_paths = [\"src/**\"]\n[[policy.commands]]\nprefix = [\"make\"]\ndecision = \"ask\"\n[trigger]\nallowed_bots = [\"renovate[bot]\"]\nci_failure = false\n";
+
+    /// Regression (issue 20): each key a hostile repository used to loosen the operator's
+    /// settings is refused with an error naming the file and the key.
+    #[test]
+    fn repository_may_only_tighten_each_key() {
+        for (text, key) in [
+            ("[policy]\nnetwork = \"on\"\n", "policy.network"),
+            (
+                "[prices.\"openai:gpt-5\"]\ninput = 0.0\noutput = 0.0\n",
+                "prices",
+            ),
+            ("[budget]\nmax_usd = 50.0\n", "budget.max_usd"),
+            ("[budget]\nmax_turns = 600\n", "budget.max_turns"),
+            ("[budget]\nmax_minutes = 600\n", "budget.max_minutes"),
+            (
+                "[budget]\nmax_fix_attempts = 30\n",
+                "budget.max_fix_attempts",
+            ),
+            ("[budget]\nmax_tokens = 900000000\n", "budget.max_tokens"),
+            (
+                "[verify]\ntimeout_minutes = 600\n",
+                "verify.timeout_minutes",
+            ),
+            ("[git]\nbranch_prefix = \"\"\n", "git.branch_prefix"),
+            (
+                "[git]\nauthor_name = \"Trusted Maintainer\"\n",
+                "git.author_name",
+            ),
+            (
+                "[git]\nauthor_email = \"m@example.com\"\n",
+                "git.author_email",
+            ),
+            ("[git]\nremote = \"evil\"\n", "git.remote"),
+            (
+                "[trigger]\nallowed_bots = [\"evil[bot]\"]\n",
+                "trigger.allowed_bots",
+            ),
+            (
+                "[trigger]\npermissions = [\"read\"]\n",
+                "trigger.permissions",
+            ),
+            ("[trigger]\nci_failure = true\n", "trigger.ci_failure"),
+            (
+                "[trigger]\nmax_ci_attempts = 99\n",
+                "trigger.max_ci_attempts",
+            ),
+            (
+                "[policy]\nnetwork_allow = [\"evil.example\"]\n",
+                "policy.network_allow",
+            ),
+            (
+                "[policy]\ndefault_command = \"allow\"\n",
+                "policy.default_command",
+            ),
+            ("[policy]\nallow_paths = [\"**\"]\n", "policy.allow_paths"),
+            (
+                "[model_net]\nrequest_timeout_s = 99999.0\n",
+                "model_net.request_timeout_s",
+            ),
+        ] {
+            let err = Config::resolve([user(OPERATOR), repo(text)]).unwrap_err();
+            match &err {
+                Error::Forbidden { key: k, .. } | Error::Loosens { key: k, .. } => {
+                    assert_eq!(k, key, "{text}")
+                }
+                other => panic!("{text}: expected a refusal, got {other}"),
+            }
+            let msg = err.to_string();
+            assert!(msg.contains("main:.github/agent.toml"), "{msg}");
+            assert!(msg.contains(key), "{msg}");
+        }
+    }
+
+    /// The same file may tighten each of those keys.
+    #[test]
+    fn repository_may_tighten_each_key() {
+        let c = Config::resolve([
+            user(OPERATOR),
+            repo(
+                "[budget]\nmax_usd = 1.0\nmax_turns = 10\n[verify]\ntimeout_minutes = 5\n[policy]\nnetwork = \"off\"\nnetwork_allow = []\ndefault_command = \"forbid\"\nallow_paths = [\"src/**\"]\n[trigger]\nallowed_bots = []\nci_failure = false\nmax_ci_attempts = 1\n",
+            ),
+        ])
+        .unwrap();
+        let s = &c.settings;
+        assert_eq!(s.budget.max_usd, 1.0);
+        assert_eq!(s.budget.max_turns, 10);
+        assert_eq!(s.verify.timeout_minutes, 5);
+        assert_eq!(s.policy.network, NetworkMode::Off);
+        assert_eq!(s.policy.default_command, Decision::Forbid);
+        assert!(s.trigger.allowed_bots.is_empty());
+        // An empty allow-list may be narrowed to anything.
+        let c = Config::resolve([repo("[policy]\nallow_paths = [\"docs/**\"]\n")]).unwrap();
+        assert_eq!(c.settings.policy.allow_paths, vec!["docs/**".to_string()]);
+    }
+
+    /// Regression (issue 20): `deny_paths = []` in the repository's file removed the built-in
+    /// denies; the repository's lists are added to the ones below, never replace them.
+    #[test]
+    fn repository_lists_add_to_deny_paths_and_command_rules() {
+        let c = Config::resolve([user(OPERATOR), repo("[policy]\ndeny_paths = []\n")]).unwrap();
+        assert!(
+            c.settings
+                .policy
+                .deny_paths
+                .contains(&".github/workflows/**".to_string())
+        );
+        let c = Config::resolve([
+            user(OPERATOR),
+            repo(
+                "[policy]\ndeny_paths = [\"secrets/**\"]\n[[policy.commands]]\nprefix = [\"make\", \"test\"]\ndecision = \"forbid\"\n",
+            ),
+        ])
+        .unwrap();
+        let p = &c.settings.policy;
+        assert_eq!(p.deny_paths.len(), 5);
+        assert_eq!(p.deny_paths[4], "secrets/**");
+        assert_eq!(c.origin("policy.deny_paths.0"), Some(&Source::Default));
+        assert!(matches!(
+            c.origin("policy.deny_paths.4"),
+            Some(Source::Repo { .. })
+        ));
+        assert_eq!(p.commands.len(), 2);
+        assert!(matches!(
+            c.origin("policy.commands.0"),
+            Some(Source::User { .. })
+        ));
+        assert!(matches!(
+            c.origin("policy.commands.1"),
+            Some(Source::Repo { .. })
+        ));
+    }
+
+    /// Every setting has a decision about the repository layer: a new key cannot be widened
+    /// by a repository just because nobody thought about it.
+    #[test]
+    fn every_key_has_a_repository_rule() {
+        let mut keys = known_scalar_keys();
+        keys.extend(["prices".to_string(), "policy.commands".to_string()]);
+        for key in keys {
+            let mut k = key.as_str();
+            let found = loop {
+                if repo_rule(k).is_some() {
+                    break true;
+                }
+                match k.rsplit_once('.') {
+                    Some((parent, _)) => k = parent,
+                    None => break false,
+                }
+            };
+            assert!(found, "no repository rule for `{key}`");
+        }
     }
 
     #[test]

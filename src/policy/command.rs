@@ -322,13 +322,14 @@ fn default_risk(argv: &[String]) -> RiskTier {
 /// Configured rules (first) and built-ins, with repository rules that would loosen a built-in
 /// dropped.
 pub(super) fn merge_rules(
-    configured: &[CommandRule],
-    origin: &Source,
+    configured: &[(CommandRule, Source)],
 ) -> (Vec<SourcedRule>, Vec<IgnoredRule>) {
     let builtins = builtin_rules();
-    let mut rules = Vec::new();
+    let mut rules: Vec<SourcedRule> = Vec::new();
+    // Parallel to `rules`: whether each came from the repository's file.
+    let mut from_repo: Vec<bool> = Vec::new();
     let mut ignored = Vec::new();
-    for r in configured {
+    for (r, origin) in configured {
         let rule = RuleRef::new(rule_text(r), origin);
         if r.prefix.is_empty() {
             ignored.push(IgnoredRule {
@@ -353,7 +354,25 @@ pub(super) fn merge_rules(
             });
             continue;
         }
+        // Nor a rule of the user's own configuration (a longer prefix would win over it).
+        let user_shadowed = (rules.iter().zip(&from_repo))
+            .filter(|(u, repo)| !**repo && prefix_matches(&u.prefix, &r.prefix))
+            .map(|(u, _)| u)
+            .max_by_key(|u| u.prefix.len());
+        if let (Source::Repo { .. }, Some(u)) = (origin, user_shadowed)
+            && strictest(r.decision, u.decision) != r.decision
+        {
+            ignored.push(IgnoredRule {
+                rule,
+                why: format!(
+                    "the repository's configuration may not loosen the rule {} of {}",
+                    u.rule.rule, u.rule.origin
+                ),
+            });
+            continue;
+        }
         let risk = shadowed.map_or_else(|| default_risk(&r.prefix), |b| b.risk);
+        from_repo.push(matches!(origin, Source::Repo { .. }));
         rules.push(SourcedRule {
             prefix: r.prefix.clone(),
             decision: r.decision,

@@ -140,14 +140,20 @@ impl Policy {
     pub fn from_config(config: &Config) -> Result<Self> {
         let p = &config.settings.policy;
         let origin = |key: &str| config.origin(key).cloned().unwrap_or(Source::Default);
-        let paths = paths::PathRules::new(
-            &p.allow_paths,
-            &origin("policy.allow_paths"),
-            &p.deny_paths,
-            &origin("policy.deny_paths"),
-        )?;
-        let commands_origin = origin("policy.commands");
-        let (rules, ignored) = command::merge_rules(&p.commands, &commands_origin);
+        // Each entry of a list answers with its own origin: the repository's file adds deny
+        // globs and command rules to the user's, it never replaces them.
+        let each = |key: &str, i: usize| origin(&format!("{key}.{i}"));
+        let allow: Vec<_> = (p.allow_paths.iter().enumerate())
+            .map(|(i, g)| (g.clone(), each("policy.allow_paths", i)))
+            .collect();
+        let deny: Vec<_> = (p.deny_paths.iter().enumerate())
+            .map(|(i, g)| (g.clone(), each("policy.deny_paths", i)))
+            .collect();
+        let paths = paths::PathRules::new(&allow, &origin("policy.allow_paths"), &deny)?;
+        let commands: Vec<_> = (p.commands.iter().enumerate())
+            .map(|(i, r)| (r.clone(), each("policy.commands", i)))
+            .collect();
+        let (rules, ignored) = command::merge_rules(&commands);
         Ok(Self {
             paths,
             rules,
@@ -412,8 +418,18 @@ decision = "ask"
 
     #[test]
     fn network_allowlist_judges_hosts() {
-        let p =
-            policy("[policy]\nnetwork = \"allowlist\"\nnetwork_allow = [\"index.crates.io\"]\n");
+        // The user's file opens the allow-list (a repository's may only narrow it).
+        let p = Policy::from_config(
+            &Config::resolve([Layer::Toml {
+                text: "[policy]\nnetwork = \"allowlist\"\nnetwork_allow = [\"index.crates.io\"]\n"
+                    .into(),
+                origin: Source::User {
+                    path: "/home/u/.config/git-agent/config.toml".into(),
+                },
+            }])
+            .unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             p.judge_command("curl -sSf https://index.crates.io/config.json", &[])
                 .decision,

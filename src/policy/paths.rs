@@ -34,10 +34,10 @@ pub(super) struct PathRules {
     allow_origin: Source,
 }
 
-fn compile(globs: &[String], key: &'static str, origin: &Source) -> Result<Vec<Rule>> {
+fn compile(globs: &[(String, Source)], key: &'static str) -> Result<Vec<Rule>> {
     globs
         .iter()
-        .map(|g| {
+        .map(|(g, origin)| {
             // `literal_separator`: `*` stays within one directory, `**` crosses them.
             let glob: Glob = GlobBuilder::new(g)
                 .literal_separator(true)
@@ -58,15 +58,15 @@ fn compile(globs: &[String], key: &'static str, origin: &Source) -> Result<Vec<R
 }
 
 impl PathRules {
+    /// Globs with where each came from (a repository adds deny globs to the user's).
     pub(super) fn new(
-        allow: &[String],
+        allow: &[(String, Source)],
         allow_origin: &Source,
-        deny: &[String],
-        deny_origin: &Source,
+        deny: &[(String, Source)],
     ) -> Result<Self> {
         Ok(Self {
-            allow: compile(allow, "allow_paths", allow_origin)?,
-            deny: compile(deny, "deny_paths", deny_origin)?,
+            allow: compile(allow, "allow_paths")?,
+            deny: compile(deny, "deny_paths")?,
             allow_origin: allow_origin.clone(),
         })
     }
