@@ -9,6 +9,8 @@
 //! [`redact`] masks known secret values (and their base64, URL and JSON encodings) and
 //! well-known token patterns in every string that leaves the process — audit events,
 //! transcripts, PR body, comments, logs — and scans a diff's added lines to block a push.
+//! [`Redacted`] is text a redactor made: the run's outputs take only that type, so a new
+//! output cannot forget to redact.
 //!
 //! This module must not know what the events mean (runs, tools, models are the callers'
 //! business), must not read files other than its own log, talk to the network or decide
@@ -16,3 +18,6 @@
 
 pub mod chain;
 pub mod redact;
+mod redacted;
+
+pub use redacted::Redacted;

@@ -11,6 +11,7 @@
 //! move just made by another one), and the order of the configurations rotates each round.
 //!
 //! `cargo run --release --bin bench-exec [-- ITERATIONS [GAP_MS]]`
+#![allow(clippy::disallowed_methods)] // a benchmark prints its figures; nothing secret
 
 use std::io::Write;
 use std::time::{Duration, Instant};

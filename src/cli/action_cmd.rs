@@ -149,12 +149,16 @@ impl Report {
 
     fn summary(&self, text: &str) -> anyhow::Result<()> {
         if let Some(p) = &self.summary {
-            let mut f = std::fs::OpenOptions::new()
+            let f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(p)
                 .with_context(|| format!("cannot open {}", p.display()))?;
+            // The job summary is shown on the workflow's page: redacted like the terminal.
+            let mut f = super::output::Redacting::new(super::output::process_redactor()?, f);
             writeln!(f, "{text}").with_context(|| format!("cannot write {}", p.display()))?;
+            f.flush()
+                .with_context(|| format!("cannot write {}", p.display()))?;
         }
         Ok(())
     }
@@ -228,7 +232,7 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
     let triggered = match outcome {
         Outcome::Run(t) => *t,
         Outcome::Ignored { reason } => {
-            println!("ignored: {reason}");
+            super::output::say(format_args!("ignored: {reason}"))?;
             report.outputs("", "", "ignored")?;
             report.summary(&format!("git-agent: event ignored — {reason}"))?;
             return Ok(exit::SUCCEEDED);
@@ -248,7 +252,7 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         Outcome::Stop(_) | Outcome::Retry(_) => {
             let reason = "`/agent stop` and `/agent retry` are handled by the GitHub App \
                           (`git agent serve`), not by the Action";
-            println!("ignored: {reason}");
+            super::output::say(format_args!("ignored: {reason}"))?;
             report.outputs("", "", "ignored")?;
             report.summary(&format!("git-agent: {reason}"))?;
             return Ok(exit::SUCCEEDED);
@@ -285,7 +289,7 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         &models,
         None,
         record.as_ref().map(publish::resume_state),
-        &super::fix_cmd::progress_printer(false),
+        &super::fix_cmd::progress_printer(false)?,
     )?;
     let mut req = PublishRequest::new(triggered.task, triggered.react_to, remote);
     req.start = StartOptions {
@@ -315,7 +319,7 @@ fn finish(
     let published = match rt.block_on(publish::publish(svc, forge, req)) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::output::warn(format_args!("error: {e}"))?;
             report.outputs("", "", "failed")?;
             report.summary(&format!("git-agent: the run stopped on an error: {e}"))?;
             return Ok(exit::FAILED);
@@ -324,13 +328,13 @@ fn finish(
     let pr_url = published.pr_url.clone().unwrap_or_default();
     report.outputs(&published.run_id, &pr_url, published.state.as_str())?;
     report.summary(&published.report)?;
-    println!("run {} {}", published.run_id, published.state);
-    println!("  branch  {}", published.branch);
+    super::output::say(format_args!("run {} {}", published.run_id, published.state))?;
+    super::output::say(format_args!("  branch  {}", published.branch))?;
     if !pr_url.is_empty() {
-        println!("  pr      {pr_url}");
+        super::output::say(format_args!("  pr      {pr_url}"))?;
     }
     if let Some(c) = &published.comment_url {
-        println!("  comment {c}");
+        super::output::say(format_args!("  comment {c}"))?;
     }
     Ok(exit_code(published.state))
 }
@@ -362,7 +366,7 @@ fn approve(
         &remote,
     ))?;
     let ignore = |reason: String| -> anyhow::Result<u8> {
-        println!("ignored: {reason}");
+        super::output::say(format_args!("ignored: {reason}"))?;
         report.outputs("", "", "ignored")?;
         report.summary(&format!("git-agent: {reason}"))?;
         Ok(exit::SUCCEEDED)
@@ -390,7 +394,7 @@ fn approve(
         &models,
         None,
         Some(publish::resume_state(&record)),
-        &super::fix_cmd::progress_printer(false),
+        &super::fix_cmd::progress_printer(false)?,
     )?;
     let mut req = PublishRequest::new(record.task.clone(), Some(control.comment), remote);
     req.approve = Some(control.requested_by.login.clone());

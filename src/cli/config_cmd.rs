@@ -27,7 +27,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         (None, None) => None,
     };
     let cfg = context::load_config(repo.as_ref().zip(base.as_deref()), None, Vec::new())?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     if args.json {
         let origins: serde_json::Map<String, serde_json::Value> = cfg
             .origins()

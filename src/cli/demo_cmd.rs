@@ -48,7 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     std::fs::write(&script, SCRIPT)
         .with_context(|| format!("cannot write {}", script.display()))?;
     {
-        let mut err = std::io::stderr().lock();
+        let mut err = super::output::stderr(&super::output::process_redactor()?);
         writeln!(
             err,
             "git-agent demo — the model is SCRIPTED (no API key needed): {}",
@@ -81,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         },
         Mode::Fix,
     )?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     writeln!(out)?;
     writeln!(out, "Look around:")?;
     writeln!(out, "  cd {}", repo_dir.display())?;

@@ -1,6 +1,6 @@
 //! `git agent fix`, `plan`, `resume` and `demo`: the run from a terminal.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -230,7 +230,7 @@ fn event_line(e: &RunEvent) -> Option<String> {
         RunEvent::State(s) => format!("▸ {s}"),
         RunEvent::Turn { role, n } => format!("  turn {n}: {role}"),
         RunEvent::Tool { name, detail } => {
-            let d: String = detail.chars().take(100).collect();
+            let d: String = detail.as_str().chars().take(100).collect();
             format!("    {name} {d}")
         }
         RunEvent::Verified { when, result } => format!("  tests ({when}): {result}"),
@@ -239,20 +239,23 @@ fn event_line(e: &RunEvent) -> Option<String> {
     })
 }
 
-pub(super) fn progress_printer(json: bool) -> Progress {
-    let tty = std::io::stderr().is_terminal();
+pub(super) fn progress_printer(json: bool) -> anyhow::Result<Progress> {
+    let tty = super::output::stderr_is_terminal();
+    // The events' texts are redacted by the run already; the terminal redacts once more, as
+    // everything the CLI prints.
+    let redactor = super::output::process_redactor()?;
     if !tty {
-        return Progress {
+        return Ok(Progress {
             callback: Arc::new(move |e: &RunEvent| {
                 if json {
                     return;
                 }
                 if let Some(line) = event_line(e) {
-                    let _ = writeln!(std::io::stderr().lock(), "{line}");
+                    let _ = writeln!(super::output::stderr(&redactor), "{line}");
                 }
             }),
             bar: None,
-        };
+        });
     }
     let bar = indicatif::ProgressBar::new_spinner();
     if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {elapsed:>4} {wide_msg}")
@@ -265,30 +268,30 @@ pub(super) fn progress_printer(json: bool) -> Progress {
         ..Status::default()
     });
     let b = bar.clone();
-    Progress {
+    Ok(Progress {
         callback: Arc::new(move |e: &RunEvent| {
             let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
             match e {
                 RunEvent::State(s) => {
                     st.state = s.to_string();
-                    b.println(format!("▸ {s}"));
+                    b.println(redactor.redact(&format!("▸ {s}")));
                 }
                 RunEvent::Turn { role, n } => st.turn = format!("turn {n} ({role})"),
                 RunEvent::Tool { .. } => {
                     if let Some(line) = event_line(e) {
-                        b.println(line);
+                        b.println(redactor.redact(&line));
                     }
                 }
                 RunEvent::Verified { when, result } => {
                     st.tests = format!("{when}: {result}");
-                    b.println(format!("  tests ({when}): {result}"));
+                    b.println(redactor.redact(&format!("  tests ({when}): {result}")));
                 }
                 RunEvent::Spend { usd } => st.spend = *usd,
             }
-            b.set_message(st.line());
+            b.set_message(redactor.redact(&st.line()));
         }),
         bar: Some(bar),
-    }
+    })
 }
 
 fn exit_code(state: RunState) -> u8 {
@@ -301,7 +304,7 @@ fn exit_code(state: RunState) -> u8 {
 }
 
 fn print_outcome(o: &Outcome, json: bool) -> anyhow::Result<u8> {
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     if json {
         writeln!(out, "{}", super::runs_cmd::summary_json(&o.record))?;
     } else {
@@ -392,7 +395,7 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
             args.sandbox.as_ref(),
         ),
     )?;
-    let progress = progress_printer(args.json);
+    let progress = progress_printer(args.json)?;
     let svc = services(
         repo,
         cfg,
@@ -446,7 +449,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
         roles: rec.roles_called.clone(),
         usage: rec.model_usage.clone(),
     };
-    let progress = progress_printer(args.json);
+    let progress = progress_printer(args.json)?;
     let svc = services(repo, cfg, &models, None, Some(resume), &progress)?;
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let outcome = rt.block_on(engine::resume(&svc, &id, args.approve, &who().login));

@@ -35,7 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let repo = context::open_repo(args.repo.as_deref())?;
     let index = map_cmd::open_index(&repo, args.rev.as_deref())?;
     let files = index.locate(&query, args.top);
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     if args.json {
         let v = serde_json::json!({ "files": files });
         writeln!(out, "{}", serde_json::to_string(&v)?)?;

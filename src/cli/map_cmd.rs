@@ -44,7 +44,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         args.tokens,
         &RankOptions::default(),
     );
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     write!(out, "{map}")?;
     Ok(super::exit::SUCCEEDED)
 }

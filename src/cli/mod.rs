@@ -1,9 +1,8 @@
 //! The command line: clap commands, terminal output and exit codes.
 //!
 //! This is the only module that prints. Everything below it returns values or emits
-//! `tracing` events; `cli` turns them into text for a person or JSON for a program.
-
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+//! `tracing` events; `cli` turns them into text for a person or JSON for a program. Every
+//! byte it writes goes through [`output`], which redacts secrets.
 
 use std::process::ExitCode;
 
@@ -78,6 +77,7 @@ mod demo_cmd;
 mod fix_cmd;
 mod locate_cmd;
 mod map_cmd;
+mod output;
 mod policy_cmd;
 mod runs_cmd;
 mod serve_cmd;
@@ -115,7 +115,10 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error may quote a command line, a URL or a model's words: redacted too.
+            if output::warn(format_args!("error: {e:#}")).is_err() {
+                return ExitCode::from(exit::USAGE);
+            }
             ExitCode::from(exit::USAGE)
         }
     }
@@ -124,8 +127,12 @@ pub fn main() -> ExitCode {
 fn init_tracing(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Without a redactor there is no log line that is safe to write.
+    let Ok(redactor) = output::process_redactor() else {
+        return;
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(output::LogWriter::new(redactor))
         .try_init();
 }

@@ -33,7 +33,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     };
     let cfg = context::load_config(repo.as_ref().zip(base.as_deref()), None, Vec::new())?;
     let policy = Policy::from_config(&cfg)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     if let Some(line) = args.check {
         let v = policy.judge_command(&line, &[]);
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;

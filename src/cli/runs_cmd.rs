@@ -127,7 +127,7 @@ pub fn summary_json(rec: &RunRecord) -> serde_json::Value {
 
 pub fn status(args: StatusArgs) -> anyhow::Result<u8> {
     let repo = context::open_repo(args.repo.repo.as_deref())?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     if let Some(id) = args.run {
         let (_, dir) = find_run(&repo, &id)?;
         let rec = RunRecord::load(&dir).with_context(|| format!("reading {}", dir.display()))?;
@@ -199,7 +199,10 @@ pub fn show(args: RunArg) -> anyhow::Result<u8> {
     let pr = dir.join(files::PR);
     let body = std::fs::read_to_string(&pr)
         .with_context(|| format!("run {} has no report yet ({})", args.run, pr.display()))?;
-    write!(std::io::stdout().lock(), "{body}")?;
+    write!(
+        super::output::stdout(&super::output::process_redactor()?),
+        "{body}"
+    )?;
     Ok(super::exit::SUCCEEDED)
 }
 
@@ -207,7 +210,7 @@ pub fn log(args: RunArg) -> anyhow::Result<u8> {
     let repo = context::open_repo(args.repo.repo.as_deref())?;
     let (_, dir) = find_run(&repo, &args.run)?;
     let log = chain::read(&dir.join(files::AUDIT))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     write!(out, "{}", chain::render(&log.events))?;
     if let Some(t) = log.torn_tail {
         writeln!(
@@ -225,7 +228,7 @@ pub fn audit(cmd: AuditCommand) -> anyhow::Result<u8> {
     let (id, dir) = find_run(&repo, &args.run)?;
     let recorded = RunRecord::load(&dir).ok().and_then(|r| r.audit_head);
     let v = chain::verify(&dir.join(files::AUDIT), Some(&id), recorded.as_ref())?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
     match v {
         chain::Verification::Intact {
             events,

@@ -94,7 +94,9 @@ fn init_tracing(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read the log filter {filter:?} (--log, GIT_AGENT_LOG)"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(super::output::LogWriter::new(
+            super::output::process_redactor()?,
+        ));
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
@@ -417,7 +419,9 @@ pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
                 tracing::info!(listen = %addr, store = %shown, "git agent serve started");
             }
             LogFormat::Text => {
-                eprintln!("git agent serve: listening on http://{addr} (store {shown})");
+                super::output::warn(format_args!(
+                    "git agent serve: listening on http://{addr} (store {shown})"
+                ))?;
             }
         }
         let signals = shutdown.clone();

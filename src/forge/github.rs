@@ -8,6 +8,7 @@
 //! responses (the collaborator-permission one among them). The JSON is parsed here, into the
 //! forge's own types.
 
+use crate::audit::Redacted;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -587,7 +588,7 @@ impl GitHub {
 
     async fn update_pr(&self, repo: &RepoRef, number: u64, req: &PrRequest) -> Result<PullRequest> {
         let path = format!("{}/pulls/{number}", repo_path(repo));
-        let body = json!({ "title": req.title, "body": fit_body(&req.body) });
+        let body = json!({ "title": req.title, "body": fit_body(req.body.as_str()) });
         let resp = self.call(Method::PATCH, &path, Some(&body)).await?;
         Ok(decode::<PullJson>(&resp.body, "updated pull request")?.into())
     }
@@ -758,7 +759,7 @@ impl Forge for GitHub {
             "title": req.title,
             "head": req.head,
             "base": req.base,
-            "body": fit_body(&req.body),
+            "body": fit_body(req.body.as_str()),
             "draft": true,
         });
         let resp = self.request(Method::POST, &path, Some(&body)).await?;
@@ -779,7 +780,7 @@ impl Forge for GitHub {
         repo: &RepoRef,
         number: u64,
         run_id: &str,
-        body: &str,
+        body: &Redacted,
     ) -> Result<CommentRef> {
         let marker = progress_marker(run_id);
         let text = fit_body(&format!("{marker}\n{body}"));

@@ -13,6 +13,7 @@
 //!
 //! There is no CI here: no failed jobs, no workflow runs, no job logs.
 
+use crate::audit::Redacted;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -309,16 +310,16 @@ impl Forge for LocalForge {
     async fn open_draft_pr(&self, _repo: &RepoRef, req: &PrRequest) -> Result<PullRequest> {
         let dir = self.run_dir_of(&req.head)?;
         let path = dir.join("pr.md");
-        write_atomic(&path, req.body.as_bytes())?;
+        write_atomic(&path, req.body.as_str().as_bytes())?;
         let pull = self.update(|s| {
             if let Some(p) = s.pulls.iter_mut().find(|p| p.head == req.head) {
-                p.title = req.title.clone();
+                p.title = req.title.to_string();
                 p.path = path.clone();
                 return Ok(p.clone());
             }
             let p = LocalPull {
                 number: s.pulls.len() as u64 + 1,
-                title: req.title.clone(),
+                title: req.title.to_string(),
                 head: req.head.clone(),
                 base: req.base.clone(),
                 path: path.clone(),
@@ -334,7 +335,7 @@ impl Forge for LocalForge {
         _repo: &RepoRef,
         number: u64,
         run_id: &str,
-        body: &str,
+        body: &Redacted,
     ) -> Result<CommentRef> {
         let marker = progress_marker(run_id);
         let text = format!("{marker}\n{body}");
@@ -508,11 +509,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let f = forge(tmp.path());
         let a = f
-            .upsert_progress(&repo_ref(), 7, "01RUN", "queued")
+            .upsert_progress(&repo_ref(), 7, "01RUN", &"queued".into())
             .await
             .unwrap();
         let b = f
-            .upsert_progress(&repo_ref(), 7, "01RUN", "succeeded")
+            .upsert_progress(&repo_ref(), 7, "01RUN", &"succeeded".into())
             .await
             .unwrap();
         assert_eq!(a.id, b.id);

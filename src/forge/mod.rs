@@ -14,6 +14,7 @@ mod error;
 pub mod github;
 pub mod local;
 
+use crate::audit::Redacted;
 use std::fmt;
 
 use async_trait::async_trait;
@@ -178,12 +179,12 @@ pub struct PullRequest {
 }
 
 /// What to open (or update) as a draft pull request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PrRequest {
-    /// Title.
-    pub title: String,
-    /// Body (the run's report).
-    pub body: String,
+    /// Title, redacted (it comes from the request's text).
+    pub title: Redacted,
+    /// Body (the run's report), redacted: a forge takes no other text.
+    pub body: Redacted,
     /// The run branch.
     pub head: String,
     /// The branch to merge into.
@@ -317,7 +318,7 @@ pub trait Forge: Send + Sync {
         repo: &RepoRef,
         number: u64,
         run_id: &str,
-        body: &str,
+        body: &Redacted,
     ) -> Result<CommentRef>;
 
     /// Put 👀 on the comment that triggered a run. Reacting twice is not an error.

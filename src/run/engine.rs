@@ -12,6 +12,7 @@ use super::record::{PendingApproval, PrRef, RunRecord, files, now};
 use super::report::{self, CostLine, Review, VerifyLine};
 use super::state::{RunState, write_atomic};
 use super::{failpoint, prompt, tools as run_tools};
+use crate::audit::Redacted;
 use crate::audit::chain::{self, Appender, Kind};
 use crate::audit::redact::Redactor;
 use crate::config::Config;
@@ -47,15 +48,16 @@ pub enum RunEvent {
     Tool {
         /// Its name.
         name: String,
-        /// A short description (path, command).
-        detail: String,
+        /// A short description (path, command), redacted: a model may put a secret in a
+        /// command line, and progress reaches a terminal or a CI log.
+        detail: Redacted,
     },
     /// A verification run finished.
     Verified {
         /// `before`, `attempt N`.
         when: String,
-        /// Its one-line result.
-        result: String,
+        /// Its one-line result, redacted (it names tests from the project's output).
+        result: Redacted,
     },
     /// Money spent so far.
     Spend {
@@ -126,6 +128,12 @@ fn slug(text: &str) -> String {
         .to_string()
 }
 
+/// The last six characters of a run id, lower case: what makes a branch name the run's own.
+pub fn run_suffix(run_id: &str) -> String {
+    let tail: String = run_id.chars().rev().take(6).collect::<String>();
+    tail.chars().rev().collect::<String>().to_ascii_lowercase()
+}
+
 /// The default branch of a run: `agent/<issue>-<slug>` or `agent/<slug>-<id suffix>`.
 pub fn default_branch(prefix: &str, task: &Task, run_id: &str) -> String {
     let first = task.goal.lines().next().unwrap_or("");
@@ -143,15 +151,7 @@ pub fn default_branch(prefix: &str, task: &Task, run_id: &str) -> String {
         _ => first,
     };
     let s = slug(first);
-    let tail: String = run_id
-        .chars()
-        .rev()
-        .take(6)
-        .collect::<String>()
-        .chars()
-        .rev()
-        .collect();
-    let tail = tail.to_ascii_lowercase();
+    let tail = run_suffix(run_id);
     match &task.origin {
         crate::task::Origin::Issue { number, .. } => format!("{prefix}{number}-{s}"),
         _ if s.is_empty() => format!("{prefix}{tail}"),
@@ -160,7 +160,10 @@ pub fn default_branch(prefix: &str, task: &Task, run_id: &str) -> String {
 }
 
 /// Start a new run of `task`.
-pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Outcome> {
+pub async fn start(svc: &Services, mut task: Task, opts: StartOptions) -> Result<Outcome> {
+    // A secret pasted into the request (an issue body, a comment) must not reach the branch
+    // name, the commit messages, the PR title or the record: the model never needs it.
+    task.goal = svc.redactor.redact(&task.goal);
     let run_id = match &opts.run_id {
         Some(id) if !id.is_empty() && !id.contains(['/', '\\', '.']) => id.clone(),
         Some(id) => return Err(Error::Invalid(format!("not a usable run id: {id:?}"))),
@@ -210,6 +213,7 @@ pub async fn start(svc: &Services, task: Task, opts: StartOptions) -> Result<Out
         model_usage: Vec::new(),
         budget_spent: None,
         elapsed_ms: 0,
+        sandbox: None,
     };
     rec.base_ref = rec.task.base.clone();
     let mut run = Active::open(svc, rec, dir, opts.test_command.is_some())?;
@@ -325,7 +329,7 @@ impl<'a> Active<'a> {
         if recovery.torn_tail.is_some() {
             tracing::warn!(run = %rec.run_id, "the audit log's last line was torn by a crash; continuing the chain after the last whole event");
         }
-        let messages = read_conversation(&dir.join(files::CONVERSATION))?;
+        let messages = read_conversation(&dir.join(files::CONVERSATION), &svc.redactor)?;
         let conversation_written = messages.len();
         Ok(Self {
             svc,
@@ -382,18 +386,21 @@ impl<'a> Active<'a> {
         // costs what the turn added, not the whole conversation again.
         let conversation = self.dir.join(files::CONVERSATION);
         if self.conversation_written < self.messages.len() || durable {
-            let mut text = String::new();
+            let mut text = Redacted::default();
             for m in &self.messages[self.conversation_written..] {
-                let line = serde_json::to_string(m)
+                let line = self
+                    .svc
+                    .redactor
+                    .clean_json(m, false)
                     .map_err(|e| Error::Invalid(format!("cannot encode a message: {e}")))?;
-                text.push_str(&self.svc.redactor.redact(&line));
-                text.push('\n');
+                text.push(&line);
+                text.push_static("\n");
             }
-            append_bytes(&conversation, text.as_bytes(), durable)?;
+            append_bytes(&conversation, &text, durable)?;
             self.conversation_written = self.messages.len();
         }
         self.rec
-            .save_with(&self.dir, durable)
+            .save_with(&self.dir, durable, &self.svc.redactor)
             .map_err(|e| Error::io("cannot write the record in", &self.dir, e))?;
         if durable {
             self.svc.repo.mirror_run_record(&self.rec.run_id)?;
@@ -528,10 +535,25 @@ impl<'a> Active<'a> {
         }
         self.rec.worktree = wt.path().to_path_buf();
         let policy = Arc::new(Policy::from_config(&self.svc.config)?);
-        let executor: Arc<dyn Executor> = Arc::new(LocalExecutor::new(
+        let local: Arc<dyn Executor> = Arc::new(LocalExecutor::new(
             wt.path(),
             self.svc.exec_options.clone(),
         )?);
+        // What confines the commands, as it is in force (not as asked): the first thing the
+        // audit says about them, and a line of the report.
+        let sb = local.sandbox();
+        let line = sandbox_line(sb);
+        if self.rec.sandbox.as_deref() != Some(line.as_str()) {
+            self.audit(Kind::Policy, json!({"sandbox_in_force": sb}))?;
+            self.rec.sandbox = Some(line);
+        }
+        // Every command of the run, tests included, ends by the run's deadline.
+        let executor: Arc<dyn Executor> = Arc::new(super::deadline::Bounded::new(
+            local,
+            self.svc.router.clone(),
+            self.svc.config.settings.budget.max_minutes,
+            self.svc.exec_options.timeout,
+        ));
         let sink = Arc::new(AuditSink {
             audit: self.audit.clone(),
         });
@@ -670,7 +692,7 @@ impl<'a> Active<'a> {
         )?;
         self.progress(RunEvent::Verified {
             when: when.to_string(),
-            result,
+            result: self.svc.redactor.clean(&result),
         });
         Ok((obs, line))
     }
@@ -958,10 +980,14 @@ impl<'a> Active<'a> {
         {
             trailers.push(("Co-authored-by".to_string(), co));
         }
+        // Redacted before it is cut: a secret cut in two would no longer be recognised.
         let subject = format!(
             "agent: {}",
-            strip_hidden_text(self.rec.task.goal.lines().next().unwrap_or("change"))
-                .text
+            self.svc
+                .redactor
+                .redact(
+                    &strip_hidden_text(self.rec.task.goal.lines().next().unwrap_or("change")).text
+                )
                 .chars()
                 .take(64)
                 .collect::<String>()
@@ -970,7 +996,10 @@ impl<'a> Active<'a> {
         let id = wt
             .commit_all(&CommitRequest {
                 subject,
-                body: format!("Checkpoint {step} of run {} ({why}).", self.rec.run_id),
+                body: self.svc.redactor.redact(&format!(
+                    "Checkpoint {step} of run {} ({why}).",
+                    self.rec.run_id
+                )),
                 trailers,
                 author_name: git.author_name.clone(),
                 author_email: git.author_email.clone(),
@@ -1086,11 +1115,12 @@ impl<'a> Active<'a> {
             serde_json::to_value(&out.record).unwrap_or_default(),
         )?;
         let _transcript = tracing::debug_span!("transcript").entered();
-        let line = serde_json::to_string(&out.transcript).unwrap_or_default();
-        append_line(
-            &self.dir.join(files::TRANSCRIPT),
-            &self.svc.redactor.redact(&line),
-        )?;
+        let line = self
+            .svc
+            .redactor
+            .clean_json(&out.transcript, false)
+            .unwrap_or_default();
+        append_line(&self.dir.join(files::TRANSCRIPT), &line)?;
         self.progress(RunEvent::Spend {
             usd: self.svc.router.spent().usd,
         });
@@ -1209,11 +1239,10 @@ impl<'a> Active<'a> {
         let detail = ["path", "command", "pattern"]
             .iter()
             .find_map(|k| call.arguments.get(*k).and_then(|v| v.as_str()))
-            .unwrap_or("")
-            .to_string();
+            .unwrap_or("");
         self.progress(RunEvent::Tool {
-            name: call.name.clone(),
-            detail,
+            name: self.svc.redactor.redact(&call.name),
+            detail: self.svc.redactor.clean(detail),
         });
         let Some((ctx, registry, _)) = &self.tools else {
             return Err(Error::Invalid("no worktree prepared".into()));
@@ -1289,13 +1318,34 @@ impl<'a> Active<'a> {
             head.hash,
             self.svc.config.settings.budget.max_usd,
         );
-        let body = self.svc.redactor.redact(&report::render(&input));
+        let body = self.svc.redactor.clean(&report::render(&input));
         let pr = self.dir.join(files::PR);
-        write_atomic(&pr, body.as_bytes()).map_err(|e| Error::io("cannot write", &pr, e))?;
+        write_atomic(&pr, &body).map_err(|e| Error::io("cannot write", &pr, e))?;
         self.rec.pr = Some(PrRef::Path(pr));
         self.persist()?;
         Ok(())
     }
+}
+
+/// The sandbox in force in one line: mechanism, network, and each protection.
+fn sandbox_line(sb: &crate::exec::SandboxReport) -> String {
+    let mechanism = serde_json::to_value(sb.mechanism)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let network = serde_json::to_value(sb.network)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut line = format!("{mechanism}, network {network}");
+    if sb.opted_out {
+        line.push_str(" — turned off by the user");
+    }
+    if !sb.protections.is_empty() {
+        line.push_str(": ");
+        line.push_str(&sb.protections.join("; "));
+    }
+    line
 }
 
 enum Dispatched {
@@ -1317,9 +1367,10 @@ fn usage_lines(router: &Router) -> Vec<CostLine> {
         .collect()
 }
 
-/// Append to a file (creating it); `sync` adds an fsync.
-fn append_bytes(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
+/// Append to a file of the run directory (creating it); `sync` adds an fsync.
+fn append_bytes(path: &Path, text: &Redacted, sync: bool) -> Result<()> {
     use std::io::Write as _;
+    let bytes = text.as_str().as_bytes();
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -1336,7 +1387,7 @@ fn append_bytes(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
 
 /// Read the conversation file: one message per line. A torn last line (a crash mid-write)
 /// is cut off, so the next append starts on a clean line.
-fn read_conversation(path: &Path) -> Result<Vec<Message>> {
+fn read_conversation(path: &Path, redactor: &Redactor) -> Result<Vec<Message>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -1358,12 +1409,15 @@ fn read_conversation(path: &Path) -> Result<Vec<Message>> {
     }
     if good < bytes.len() {
         tracing::warn!(path = %path.display(), "the conversation ends in a torn line; cutting it off");
-        write_atomic(path, &bytes[..good]).map_err(|e| Error::io("cannot rewrite", path, e))?;
+        // What is kept was written redacted; it goes through the redactor again all the same,
+        // since the writer takes nothing else.
+        let kept = redactor.clean(&String::from_utf8_lossy(&bytes[..good]));
+        write_atomic(path, &kept).map_err(|e| Error::io("cannot rewrite", path, e))?;
     }
     Ok(messages)
 }
 
-fn append_line(path: &Path, line: &str) -> Result<()> {
+fn append_line(path: &Path, line: &Redacted) -> Result<()> {
     use std::io::Write as _;
     let mut f = std::fs::OpenOptions::new()
         .create(true)

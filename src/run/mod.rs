@@ -5,6 +5,7 @@
 //! from the verification command's results, never from a model's opinion.
 
 mod context;
+mod deadline;
 pub mod engine;
 mod error;
 mod prompt;

@@ -440,7 +440,7 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
                 report: report.as_deref(),
                 error: error.as_deref(),
             });
-            let body = svc.redactor.redact(&body);
+            let body = svc.redactor.clean(&body);
             match forge
                 .upsert_progress(&repo_ref, number, &run_id, &body)
                 .await
@@ -549,10 +549,35 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
         refs.push(format!("refs/heads/{}", rec.branch));
     }
     refs.push(run_ref(&run_id));
-    forge
-        .push(svc.repo.clone(), &remote, &refs, &prefix)
-        .await
-        .map_err(forge_err(format!("pushing {}", refs.join(", "))))?;
+    let pushed = forge.push(svc.repo.clone(), &remote, &refs, &prefix).await;
+    // The branch name this run made for itself is taken on the remote (another run for the
+    // same issue, from another front door): publish under a name of its own. The push is
+    // atomic, so nothing of the refused attempt is on the remote. A branch the run was
+    // asked to continue is never renamed.
+    let pushed = match pushed {
+        Err(crate::forge::Error::Push {
+            source: crate::workspace::Error::PushRejected { refs: refused, .. },
+            ..
+        }) if has_branch
+            && refused.contains(&format!("refs/heads/{}", rec.branch))
+            && rec.branch == engine::default_branch(&prefix, &rec.task, &run_id) =>
+        {
+            let unique = format!("{}-{}", rec.branch, engine::run_suffix(&run_id));
+            svc.repo.copy_branch(&rec.branch, &unique)?;
+            audit.append(
+                Kind::Push,
+                json!({"refused": rec.branch, "branch": unique, "why": "the branch exists on the remote with other commits"}),
+            )?;
+            rec.branch = unique;
+            // The record names the branch it published (a forge finds the run by it).
+            rec.save(&dir, &svc.redactor)
+                .map_err(|e| Error::io("cannot write the record in", &dir, e))?;
+            refs[0] = format!("refs/heads/{}", rec.branch);
+            forge.push(svc.repo.clone(), &remote, &refs, &prefix).await
+        }
+        other => other,
+    };
+    pushed.map_err(forge_err(format!("pushing {}", refs.join(", "))))?;
     audit.append(
         Kind::Push,
         json!({"remote": redact_remote(&remote), "refs": refs}),
@@ -569,8 +594,8 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
             .open_draft_pr(
                 repo_ref,
                 &PrRequest {
-                    title,
-                    body: report.clone(),
+                    title: svc.redactor.clean(&title),
+                    body: svc.redactor.clean(&report),
                     head: rec.branch.clone(),
                     base: pr_base.clone(),
                 },
@@ -589,7 +614,7 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
     }
     failpoint("after-pr");
     rec.audit_head = Some(audit.head()?);
-    rec.save(&dir)
+    rec.save(&dir, &svc.redactor)
         .map_err(|e| Error::io("cannot write the record in", &dir, e))?;
     svc.repo.mirror_run_record(&run_id)?;
     forge

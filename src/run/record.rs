@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::report::{CostLine, ReportInput, VerifyLine};
 use super::state::{RunState, write_atomic, write_replace};
+use crate::audit::redact::Redactor;
 use crate::task::Task;
 
 /// File names inside a run directory.
@@ -124,6 +125,9 @@ pub struct RunRecord {
     pub budget_spent: Option<crate::model::Spend>,
     /// Wall-clock milliseconds the run has worked, over all its processes.
     pub elapsed_ms: u64,
+    /// The sandbox in force for the run's commands, in one line (mechanism, protections).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 impl RunRecord {
@@ -140,14 +144,21 @@ impl RunRecord {
     }
 
     /// Write the record atomically, stamping `updated_at`.
-    pub fn save(&mut self, run_dir: &Path) -> std::io::Result<()> {
-        self.save_with(run_dir, true)
+    pub fn save(&mut self, run_dir: &Path, redactor: &Redactor) -> std::io::Result<()> {
+        self.save_with(run_dir, true, redactor)
     }
 
-    /// Write the record; `durable` adds the fsyncs (see [`write_replace`]).
-    pub fn save_with(&mut self, run_dir: &Path, durable: bool) -> std::io::Result<()> {
+    /// Write the record, every string in it redacted (the file is pushed with the run's
+    /// record ref); `durable` adds the fsyncs (see [`write_replace`]).
+    pub fn save_with(
+        &mut self,
+        run_dir: &Path,
+        durable: bool,
+        redactor: &Redactor,
+    ) -> std::io::Result<()> {
         self.updated_at = now();
-        let bytes = serde_json::to_vec_pretty(self)
+        let bytes = redactor
+            .clean_json(self, true)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         if durable {
             write_atomic(&Self::path(run_dir), &bytes)
@@ -200,6 +211,7 @@ impl RunRecord {
             unplanned: self.unplanned.clone(),
             diffstat,
             verification: self.verification.clone(),
+            sandbox: self.sandbox.clone(),
             review: self.review.clone(),
             cost: self.usage.clone(),
             budget_usd,

@@ -98,6 +98,9 @@ pub struct ReportInput {
     pub diffstat: String,
     /// Verification runs in order.
     pub verification: Vec<VerifyLine>,
+    /// The sandbox the commands ran in, in one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
     /// The reviewer's findings, when a reviewer is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Review>,
@@ -247,6 +250,9 @@ pub fn render(r: &ReportInput) -> String {
             ));
         }
     }
+    if let Some(sb) = &r.sandbox {
+        verify.push_str(&format!("\nSandbox: {}\n", cell(sb)));
+    }
 
     let mut review = String::new();
     if let Some(rv) = &r.review {
@@ -368,6 +374,20 @@ pub fn render(r: &ReportInput) -> String {
 mod tests {
     use super::*;
 
+    /// The sandbox in force is a line of the verification section (issue 17).
+    #[test]
+    fn the_sandbox_in_force_is_in_the_verification_section() {
+        let mut r = sample("succeeded");
+        r.sandbox = Some("landlock (ABI 6): mount, pid and network namespaces".into());
+        let body = render(&r);
+        let verification = body.split("### Verification").nth(1).unwrap();
+        let verification = verification.split("\n### ").next().unwrap();
+        assert!(
+            verification.contains("Sandbox: landlock (ABI 6): mount, pid and network namespaces"),
+            "{verification}"
+        );
+    }
+
     pub(crate) fn sample(state: &str) -> ReportInput {
         ReportInput {
             run_id: "01JDRUNID".into(),
@@ -414,6 +434,7 @@ mod tests {
                     excerpt: String::new(),
                 },
             ],
+            sandbox: None,
             review: None,
             cost: vec![
                 CostLine {

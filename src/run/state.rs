@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::audit::Redacted;
+
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -101,9 +103,11 @@ impl std::fmt::Display for RunState {
     }
 }
 
-/// Write `bytes` to `path` so that a crash leaves either the old or the new content.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Write `text` to `path` so that a crash leaves either the old or the new content. Every
+/// file of a run directory is pushed with the run's record, so only redacted text is taken.
+pub fn write_atomic(path: &Path, text: &Redacted) -> std::io::Result<()> {
     use std::io::Write as _;
+    let bytes = text.as_str().as_bytes();
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
@@ -119,8 +123,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Replace `path` by a temporary file and a rename, without fsync: atomic for any process
 /// that reads it and safe against `kill -9`, durable against power loss only once a later
 /// [`write_atomic`] or fsync has run. For the many saves inside one step.
-pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_replace(path: &Path, text: &Redacted) -> std::io::Result<()> {
     use std::io::Write as _;
+    let bytes = text.as_str().as_bytes();
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
@@ -174,8 +179,9 @@ mod tests {
     fn atomic_write_replaces_whole_content() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("sub/state.json");
-        write_atomic(&p, b"{\"a\":1}").unwrap();
-        write_atomic(&p, b"{}").unwrap();
+        let r = crate::audit::redact::Redactor::new::<_, &str>([]).unwrap();
+        write_atomic(&p, &r.clean("{\"a\":1}")).unwrap();
+        write_atomic(&p, &r.clean("{}")).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"{}");
         // No temp files left behind.
         assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);

@@ -38,6 +38,15 @@ pub enum Error {
         /// The allowed prefix.
         prefix: String,
     },
+    /// The remote refused the push of some refs (the branch exists there with other
+    /// commits, or a rule of the remote refused it). The push is atomic: no ref was updated.
+    #[error("the remote refused {}: {detail}", refs.join(", "))]
+    PushRejected {
+        /// The refs the remote refused.
+        refs: Vec<String>,
+        /// Git's reason, as it printed it.
+        detail: String,
+    },
     /// A `git` subprocess failed.
     #[error("git {args} failed ({status}): {stderr}")]
     GitCli {

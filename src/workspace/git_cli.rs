@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use super::error::{Error, Result};
+use super::error::Error;
 
 /// Configuration forced on every host-side `git` call: no hooks, no fsmonitor, no external
 /// diff or textconv programs, no credential helpers or ssh command taken from config, and no
@@ -62,9 +62,15 @@ pub(crate) fn git(dir: &Path) -> Command {
     cmd
 }
 
-/// Run a hardened git command, returning its stdout. The arguments are shown in errors, so
-/// callers must never pass credentials as arguments (they go through the environment).
-pub(crate) fn run<I, S>(dir: &Path, args: I, env: &[(&str, &str)]) -> Result<Vec<u8>>
+/// Run a hardened git command, returning its stdout; a failure keeps what the command
+/// printed on stdout (`push --porcelain` reports each refused ref there). The arguments are
+/// shown in errors, so callers must never pass credentials as arguments (they go through the
+/// environment).
+pub(crate) fn run_with_stdout<I, S>(
+    dir: &Path,
+    args: I,
+    env: &[(&str, &str)],
+) -> std::result::Result<Vec<u8>, (Error, Vec<u8>)>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
@@ -80,17 +86,21 @@ where
         .map(|a| a.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(" ");
-    let out = cmd.output().map_err(|e| Error::GitCli {
-        args: shown.clone(),
-        status: "not started".into(),
-        stderr: e.to_string(),
+    let out = cmd.output().map_err(|e| {
+        let e = Error::GitCli {
+            args: shown.clone(),
+            status: "not started".into(),
+            stderr: e.to_string(),
+        };
+        (e, Vec::new())
     })?;
     if !out.status.success() {
-        return Err(Error::GitCli {
+        let e = Error::GitCli {
             args: shown,
             status: out.status.to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+        };
+        return Err((e, out.stdout));
     }
     Ok(out.stdout)
 }

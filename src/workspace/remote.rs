@@ -81,6 +81,9 @@ impl Repo {
         let mut args = vec![
             "push".to_string(),
             "--porcelain".to_string(),
+            // All refs or none: a run whose branch is refused must not leave its record (or
+            // anything else) on the remote as if it had been published.
+            "--atomic".to_string(),
             // A remote on this host runs receive-pack here: its hooks must not run either.
             "--receive-pack=git -c core.hooksPath=/dev/null receive-pack".to_string(),
             remote.to_string(),
@@ -88,8 +91,36 @@ impl Repo {
         args.extend(refs.iter().map(|r| format!("{r}:{r}")));
         let env: Vec<(&str, String)> = creds.map(|c| c.env()).unwrap_or_default();
         let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        git_cli::run(self.git_dir(), &args, &env_ref)?;
-        Ok(())
+        match git_cli::run_with_stdout(self.git_dir(), &args, &env_ref) {
+            Ok(_) => Ok(()),
+            Err((e, stdout)) => {
+                // `--porcelain` prints one line per ref: `!\t<src>:<dst>\t[rejected] (why)`.
+                let text = String::from_utf8_lossy(&stdout);
+                let rejected: Vec<(String, String)> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("!\t"))
+                    .filter_map(|l| {
+                        let (spec, why) = l.split_once('\t').unwrap_or((l, ""));
+                        let dst = spec.rsplit_once(':').map_or(spec, |(_, d)| d);
+                        // Under --atomic the refs git did not even try say so; the cause is
+                        // the others.
+                        (!why.contains("atomic push failed"))
+                            .then(|| (dst.to_string(), why.trim().to_string()))
+                    })
+                    .collect();
+                if rejected.is_empty() {
+                    return Err(e);
+                }
+                Err(Error::PushRejected {
+                    refs: rejected.iter().map(|(r, _)| r.clone()).collect(),
+                    detail: rejected
+                        .iter()
+                        .map(|(r, w)| format!("{r} {w}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })
+            }
+        }
     }
 
     /// Fetch `refs/heads/<branch>` from `remote` into the same ref here (forced), through the
@@ -128,8 +159,36 @@ impl Repo {
         ];
         let env: Vec<(&str, String)> = creds.map(|c| c.env()).unwrap_or_default();
         let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        git_cli::run(self.git_dir(), &args, &env_ref)?;
-        Ok(())
+        match git_cli::run_with_stdout(self.git_dir(), &args, &env_ref) {
+            Ok(_) => Ok(()),
+            Err((e, stdout)) => {
+                // `--porcelain` prints one line per ref: `!\t<src>:<dst>\t[rejected] (why)`.
+                let text = String::from_utf8_lossy(&stdout);
+                let rejected: Vec<(String, String)> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("!\t"))
+                    .filter_map(|l| {
+                        let (spec, why) = l.split_once('\t').unwrap_or((l, ""));
+                        let dst = spec.rsplit_once(':').map_or(spec, |(_, d)| d);
+                        // Under --atomic the refs git did not even try say so; the cause is
+                        // the others.
+                        (!why.contains("atomic push failed"))
+                            .then(|| (dst.to_string(), why.trim().to_string()))
+                    })
+                    .collect();
+                if rejected.is_empty() {
+                    return Err(e);
+                }
+                Err(Error::PushRejected {
+                    refs: rejected.iter().map(|(r, _)| r.clone()).collect(),
+                    detail: rejected
+                        .iter()
+                        .map(|(r, w)| format!("{r} {w}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })
+            }
+        }
     }
 
     /// Fetch `refs/agent/runs/<run_id>` from `remote` into the same local ref.
@@ -149,8 +208,36 @@ impl Repo {
         let args = ["fetch".to_string(), remote.to_string(), format!("+{r}:{r}")];
         let env: Vec<(&str, String)> = creds.map(|c| c.env()).unwrap_or_default();
         let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        git_cli::run(self.git_dir(), &args, &env_ref)?;
-        Ok(())
+        match git_cli::run_with_stdout(self.git_dir(), &args, &env_ref) {
+            Ok(_) => Ok(()),
+            Err((e, stdout)) => {
+                // `--porcelain` prints one line per ref: `!\t<src>:<dst>\t[rejected] (why)`.
+                let text = String::from_utf8_lossy(&stdout);
+                let rejected: Vec<(String, String)> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("!\t"))
+                    .filter_map(|l| {
+                        let (spec, why) = l.split_once('\t').unwrap_or((l, ""));
+                        let dst = spec.rsplit_once(':').map_or(spec, |(_, d)| d);
+                        // Under --atomic the refs git did not even try say so; the cause is
+                        // the others.
+                        (!why.contains("atomic push failed"))
+                            .then(|| (dst.to_string(), why.trim().to_string()))
+                    })
+                    .collect();
+                if rejected.is_empty() {
+                    return Err(e);
+                }
+                Err(Error::PushRejected {
+                    refs: rejected.iter().map(|(r, _)| r.clone()).collect(),
+                    detail: rejected
+                        .iter()
+                        .map(|(r, w)| format!("{r} {w}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })
+            }
+        }
     }
 }
 

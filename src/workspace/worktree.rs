@@ -93,6 +93,14 @@ impl Repo {
             .is_some()
     }
 
+    /// Create `refs/heads/<to>` at the commit `refs/heads/<from>` points to: a run whose
+    /// branch name is taken on the remote publishes under a name of its own.
+    pub fn copy_branch(&self, from: &str, to: &str) -> Result<()> {
+        validate_name(to, "branch name")?;
+        let target = self.resolve(&format!("refs/heads/{from}"))?;
+        self.create_branch(to, target)
+    }
+
     /// Create (or, when resuming, reopen) the worktree of a run.
     pub fn create_worktree(
         &self,

@@ -260,7 +260,7 @@ impl Forge for Recording {
         r: &RepoRef,
         n: u64,
         run: &str,
-        body: &str,
+        body: &git_agent::audit::Redacted,
     ) -> git_agent::forge::Result<git_agent::forge::CommentRef> {
         self.bodies.lock().unwrap().push(body.to_string());
         self.inner.upsert_progress(r, n, run, body).await
@@ -342,4 +342,146 @@ async fn progress_comment_follows_the_run() {
         "{states:?}"
     );
     assert_eq!(forge.issue(&repo_ref(), 7).await.unwrap().comments.len(), 1);
+}
+
+/// Regression (issue 20): a run whose branch name is already taken on the remote (another run
+/// for the same issue, from another front door) published under a name of its own; before,
+/// its branch push was refused and its run ref pushed anyway.
+#[tokio::test]
+async fn a_taken_branch_name_publishes_under_a_run_suffix() {
+    let world = World::new(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["src/lib.rs"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
+            "path": "src/lib.rs",
+            "old_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "new_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a + b"}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]}),
+    ]);
+    // Another run's branch for issue 7, with its own commit, is on the remote already.
+    let other = world.path("other");
+    git(
+        world.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            world.path("remote.git").to_str().unwrap(),
+            "other",
+        ],
+    );
+    std::fs::write(other.join("OTHER.md"), "another run\n").unwrap();
+    git(&other, &["add", "-A"]);
+    git(
+        &other,
+        &[
+            "-c",
+            "user.name=o",
+            "-c",
+            "user.email=o@x",
+            "commit",
+            "-qm",
+            "other run",
+        ],
+    );
+    git(
+        &other,
+        &[
+            "push",
+            "-q",
+            "origin",
+            "HEAD:refs/heads/agent/7-add-returns-the-difference",
+        ],
+    );
+    let theirs = git(
+        &world.path("remote.git"),
+        &["rev-parse", "refs/heads/agent/7-add-returns-the-difference"],
+    );
+
+    let svc = world.services();
+    let forge = world.forge(&svc);
+    let remote = world.path("remote.git").display().to_string();
+    let t = task(&forge, Mode::Fix).await;
+    let published = publish(&svc, &forge, PublishRequest::new(t, None, &remote))
+        .await
+        .unwrap();
+    assert_eq!(published.state, RunState::Succeeded);
+    let suffix = git_agent::run::engine::run_suffix(&published.run_id);
+    assert_eq!(
+        published.branch,
+        format!("agent/7-add-returns-the-difference-{suffix}")
+    );
+    let remote_git = world.path("remote.git");
+    // The other run's branch is untouched; this run's commits are on its own branch.
+    assert_eq!(
+        git(
+            &remote_git,
+            &["rev-parse", "refs/heads/agent/7-add-returns-the-difference"]
+        ),
+        theirs
+    );
+    let log = git(
+        &remote_git,
+        &[
+            "log",
+            "--format=%s",
+            &format!("refs/heads/{}", published.branch),
+        ],
+    );
+    assert!(!log.contains("other run"), "{log}");
+    let record = git(
+        &remote_git,
+        &[
+            "show",
+            &format!("refs/agent/runs/{}:record.json", published.run_id),
+        ],
+    );
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["branch"], published.branch.as_str());
+    let pr = forge
+        .pull_request_for_branch(&repo_ref(), &published.branch)
+        .await
+        .unwrap();
+    assert!(pr.is_some(), "the draft PR's head is the run's own branch");
+}
+
+/// Regression (issue 20): `git agent action` pushed `refs/agent/runs/<id>` with the raw token
+/// the model put in its plan title and `finish` summary (the PR body was masked). Nothing
+/// pushed to the remote — branch commits, the record's ref, the PR body, the comment —
+/// holds the secret now.
+#[tokio::test]
+async fn nothing_pushed_holds_a_secret_from_the_models_words() {
+    const KNOWN: &str = "canary-value-0d9e8f7a6b5c4d3e";
+    let world = World::new(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": format!("Make add add {KNOWN}"), "files": ["src/lib.rs"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
+            "path": "src/lib.rs",
+            "old_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "new_text": "pub fn add(a: i64, b: i64) -> i64 {\n    a + b"}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {
+            "summary": format!("add adds; token {KNOWN}")}}]}),
+    ]);
+    let mut svc = world.services();
+    svc.redactor = Arc::new(Redactor::new([KNOWN]).unwrap());
+    let forge = world.forge(&svc);
+    let remote = world.path("remote.git").display().to_string();
+    let t = task(&forge, Mode::Fix).await;
+    let published = publish(&svc, &forge, PublishRequest::new(t, None, &remote))
+        .await
+        .unwrap();
+    assert_eq!(published.state, RunState::Succeeded);
+    let objects = std::process::Command::new("git")
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .current_dir(world.path("remote.git"))
+        .output()
+        .unwrap();
+    let objects = String::from_utf8_lossy(&objects.stdout);
+    assert!(
+        objects.contains("add adds; token ***"),
+        "the record was pushed"
+    );
+    assert!(!objects.contains(KNOWN), "a secret reached the remote");
+    assert!(!published.report.contains(KNOWN));
+    let issue = forge.issue(&repo_ref(), 7).await.unwrap();
+    assert!(issue.comments.iter().all(|c| !c.body.contains(KNOWN)));
 }

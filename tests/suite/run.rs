@@ -745,3 +745,117 @@ fn max_output_tokens_reaches_every_model_call() {
         assert_eq!(c["request"]["max_tokens"], 321, "{c}");
     }
 }
+
+/// Every place a run writes, for the leak tests: the run directory's files and every object
+/// in the repository (the branch's commits and the `refs/agent/runs/*` mirror).
+fn everything_written(repo: &Path, run_dir: &Path) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(run_dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            all.push_str(&String::from_utf8_lossy(&std::fs::read(&p).unwrap()));
+        }
+    }
+    let out = Command::new("git")
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    all.push_str(&String::from_utf8_lossy(&out.stdout));
+    all.push_str(&git(repo, &["for-each-ref", "--format=%(refname)"]));
+    all
+}
+
+/// Regression (issue 20): a secret the model put in its plan title, a command line and its
+/// `finish` summary went raw into `record.json` (pushed on `refs/agent/runs/*`) and into the
+/// progress lines on stderr. Every byte that leaves the process is redacted now: the
+/// terminal, `--json`, the run directory, the commits and the record's ref.
+#[test]
+fn a_secret_in_the_models_words_leaks_nowhere() {
+    // One known value (masked because GITHUB_TOKEN holds it) and one token shape.
+    const KNOWN: &str = "canary-value-7f3a9c21e4b8d605";
+    const SHAPED: &str = "sk-CanaryShapedShapedShaped1234";
+    let f = Fixture::new("python-add");
+    let script = f.script(&[
+        serde_json::json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": format!("Make add add {KNOWN} {SHAPED}"), "files": ["calc.py"]}]}}]}),
+        serde_json::json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {
+            "command": format!("echo {KNOWN} {SHAPED}")}}]}),
+        edit("calc.py", "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"),
+        serde_json::json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {
+            "summary": format!("done; the token is {KNOWN} and {SHAPED}")}}]}),
+    ]);
+    let model = format!("scripted:{}", script.display());
+    let goal = format!("fix add (my token is {KNOWN})");
+    // Without --json: progress lines on stderr, the result as text on stdout.
+    let out = f.agent(
+        &["fix", "--model", &model, &goal],
+        &[("GITHUB_TOKEN", KNOWN)],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // The progress lines were printed (so the test sees what it guards) …
+    assert!(stderr.contains("run echo *** ***"), "{stderr}");
+    let run = stdout.split_whitespace().nth(1).unwrap().to_string();
+    let run = run.as_str();
+    let json: Value =
+        serde_json::from_slice(&f.agent(&["status", run, "--json"], &[]).stdout).unwrap();
+    let written = everything_written(&f.repo(), &f.run_dir(run));
+    // … and the record really holds the model's words, masked.
+    assert!(
+        written.contains("done; the token is *** and ***"),
+        "the summary is in the record"
+    );
+    for canary in [KNOWN, SHAPED] {
+        assert!(!stdout.contains(canary), "stdout: {stdout}");
+        assert!(!stderr.contains(canary), "stderr: {stderr}");
+        assert!(!written.contains(canary), "{canary} written by the run");
+    }
+    let branch = json["branch"].as_str().unwrap();
+    assert!(!branch.contains("7f3a9c21"), "{branch}");
+    for cmd in [
+        vec!["status", run, "--json"],
+        vec!["show", run],
+        vec!["log", run],
+    ] {
+        let o = f.agent(&cmd, &[]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            !text.contains(KNOWN) && !text.contains(SHAPED),
+            "{cmd:?}: {text}"
+        );
+    }
+}
+
+/// Regression (issue 17): `max_minutes` was checked only between model calls, so one `run`
+/// with a long `timeout_s` overran a 1-minute run by 150 s. The run's clock now bounds every
+/// command: the run ends within its minute plus a small grace, as `budget_exhausted`.
+#[test]
+fn the_runs_clock_bounds_a_long_command() {
+    let f = Fixture::new("python-add");
+    let script = f.script(&[
+        plan(&["calc.py"]),
+        serde_json::json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {
+            "command": "sleep 1800", "timeout_s": 1800}}]}),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        finish(),
+    ]);
+    let started = std::time::Instant::now();
+    let (code, json) = f.fix(
+        &script,
+        &["fix add"],
+        &[("GIT_AGENT_BUDGET_MAX_MINUTES", "1")],
+    );
+    let took = started.elapsed();
+    assert_eq!(json["state"], "budget_exhausted", "{json}");
+    assert_eq!(code, Some(3));
+    assert!(
+        took < std::time::Duration::from_secs(60 + 25),
+        "the run took {took:?} for a 1-minute budget"
+    );
+}

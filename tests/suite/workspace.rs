@@ -805,3 +805,66 @@ fn remove_and_prune() {
     std::fs::remove_dir_all(wt.path()).unwrap();
     assert_eq!(repo.prune_worktrees().unwrap(), 1);
 }
+
+/// Regression (issue 20): a push of a refused branch with the run's record ref pushed the
+/// record anyway; the push is atomic and says which ref the remote refused.
+#[test]
+fn a_refused_branch_push_pushes_nothing_and_names_the_ref() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    sample_repo(&dir);
+    git(tmp.path(), &["clone", "-q", "--bare", "work", "remote.git"]);
+    let remote = tmp.path().join("remote.git");
+    // The remote's agent/x has a commit this repository does not have.
+    git(tmp.path(), &["clone", "-q", "remote.git", "other"]);
+    let other = tmp.path().join("other");
+    write(&other, "theirs.txt", b"theirs\n");
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-qm", "theirs"]);
+    git(&other, &["push", "-q", "origin", "HEAD:refs/heads/agent/x"]);
+
+    let repo = Repo::discover(&dir).unwrap();
+    let (wt, _) = repo
+        .create_worktree(&request("x", "agent/x"), WorktreeOptions::default())
+        .unwrap();
+    write(wt.path(), "ours.txt", b"ours\n");
+    wt.commit_all(&commit_req("ours")).unwrap().unwrap();
+    git(
+        &dir,
+        &["update-ref", "refs/agent/runs/x", "refs/heads/agent/x"],
+    );
+    let err = repo
+        .push(
+            remote.to_str().unwrap(),
+            &["refs/heads/agent/x".into(), "refs/agent/runs/x".into()],
+            "agent/",
+            None,
+        )
+        .unwrap_err();
+    match &err {
+        git_agent::workspace::Error::PushRejected { refs, .. } => {
+            assert_eq!(refs, &vec!["refs/heads/agent/x".to_string()])
+        }
+        other => panic!("expected PushRejected, got {other}"),
+    }
+    let refs = git(&remote, &["for-each-ref", "--format=%(refname)"]);
+    assert!(!refs.contains("refs/agent/runs/x"), "{refs}");
+    // And the branch under a name of its own goes through.
+    repo.copy_branch("agent/x", "agent/x-abc123").unwrap();
+    repo.push(
+        remote.to_str().unwrap(),
+        &[
+            "refs/heads/agent/x-abc123".into(),
+            "refs/agent/runs/x".into(),
+        ],
+        "agent/",
+        None,
+    )
+    .unwrap();
+    let refs = git(&remote, &["for-each-ref", "--format=%(refname)"]);
+    assert!(
+        refs.contains("refs/agent/runs/x") && refs.contains("agent/x-abc123"),
+        "{refs}"
+    );
+}

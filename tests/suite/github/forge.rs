@@ -115,7 +115,9 @@ async fn draft_pr_is_opened_once_then_updated() {
     assert_eq!(sent["draft"], json!(true));
     // A resumed run opens again: the same PR is updated, none is added.
     let again = PrRequest {
-        body: "x".repeat(70_000),
+        body: git_agent::audit::redact::Redactor::new::<_, &str>([])
+            .unwrap()
+            .clean(&"x".repeat(70_000)),
         ..req.clone()
     };
     let second = gh.open_draft_pr(&repo(), &again).await.unwrap();
@@ -164,17 +166,17 @@ async fn progress_comment_is_created_once_and_edited_in_place() {
         &format!("{} hi", progress_marker("01RUN")),
     );
     let c1 = client(&fake)
-        .upsert_progress(&repo(), 5, "01RUN", "state: planning")
+        .upsert_progress(&repo(), 5, "01RUN", &"state: planning".into())
         .await
         .unwrap();
     // A new process (resumed run) finds the comment again by its marker.
     let c2 = client(&fake)
-        .upsert_progress(&repo(), 5, "01RUN", "state: testing")
+        .upsert_progress(&repo(), 5, "01RUN", &"state: testing".into())
         .await
         .unwrap();
     assert_eq!(c1.id, c2.id);
     let gh = client(&fake);
-    gh.upsert_progress(&repo(), 5, "01RUN", "state: succeeded")
+    gh.upsert_progress(&repo(), 5, "01RUN", &"state: succeeded".into())
         .await
         .unwrap();
     let bots: Vec<String> = fake
@@ -188,7 +190,7 @@ async fn progress_comment_is_created_once_and_edited_in_place() {
     assert!(bots[0].contains(&progress_marker("01RUN")));
     assert!(bots[0].ends_with("state: succeeded"));
     // Another run on the same issue gets its own comment.
-    gh.upsert_progress(&repo(), 5, "02RUN", "state: queued")
+    gh.upsert_progress(&repo(), 5, "02RUN", &"state: queued".into())
         .await
         .unwrap();
     assert_eq!(fake.requests("POST", "/issues/5/comments").len(), 2);
