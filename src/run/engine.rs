@@ -914,13 +914,19 @@ impl<'a> Active<'a> {
             return Ok(());
         };
         let attempt = self.rec.fix_attempts + 1;
+        // What may not be committed is undone before the tests decide, so the tree they
+        // pass on is the tree that is committed.
+        let refused = self.commit_gate()?;
         let (obs, line) = self.run_tests(&cmd, &format!("attempt {attempt}")).await?;
         let decision = verify::decide(self.rec.baseline.as_ref(), &obs);
-        let feedback = if line.excerpt.is_empty() {
+        let mut feedback = if line.excerpt.is_empty() {
             line.result.clone()
         } else {
             format!("{}\n{}", line.result, line.excerpt)
         };
+        if !refused.is_empty() {
+            feedback.push_str(&format!("\n{refused}"));
+        }
         self.rec.verification.push(line);
         if decision.success {
             self.checkpoint("verified")?;
@@ -955,9 +961,54 @@ impl<'a> Active<'a> {
         Ok(())
     }
 
+    /// The policy at commit time: every changed path, whoever changed it (a tool, a command,
+    /// the tests), is judged; refused ones are put back as in HEAD, audited, noted in the
+    /// report and told to the model. Returns what to tell the model ("" when nothing).
+    fn commit_gate(&mut self) -> Result<String> {
+        let (Some(wt), Some((ctx, _, _))) = (&self.worktree, &self.tools) else {
+            return Ok(String::new());
+        };
+        let planned: std::collections::BTreeSet<String> = self
+            .rec
+            .plan
+            .iter()
+            .flat_map(|p| p.steps.iter().flat_map(|s| s.files.iter().cloned()))
+            .collect();
+        let head = wt.head()?.to_string();
+        let mut refused = Vec::new();
+        for path in wt.changed_paths()? {
+            let in_head = self.svc.repo.read_file_at(&head, &path)?.is_some();
+            if let Some(why) =
+                super::gate::refusal(wt.path(), &path, &ctx.policy, &planned, in_head)
+            {
+                refused.push((path, why));
+            }
+        }
+        if refused.is_empty() {
+            return Ok(String::new());
+        }
+        let paths: Vec<String> = refused.iter().map(|(p, _)| p.clone()).collect();
+        wt.restore_paths(&paths)?;
+        self.audit(
+            Kind::Policy,
+            json!({"refused_at_commit": refused.iter().map(|(p, w)| json!({"path": p, "why": w})).collect::<Vec<_>>()}),
+        )?;
+        let lines: Vec<String> = refused.iter().map(|(p, w)| format!("`{p}`: {w}")).collect();
+        self.rec.notes.push(format!(
+            "Not committed, refused by the policy at commit time: {}.",
+            lines.join("; ")
+        ));
+        Ok(format!(
+            "These changes were undone because the policy refuses to commit them (whoever wrote them): {}.",
+            lines.join("; ")
+        ))
+    }
+
     /// Commit the worktree's changes as a checkpoint, after checking the diff for secrets.
     fn checkpoint(&mut self, why: &str) -> Result<()> {
         let _span = tracing::debug_span!("commit").entered();
+        // Files the verification itself wrote are judged too.
+        self.commit_gate()?;
         let Some(wt) = &self.worktree else {
             return Ok(());
         };

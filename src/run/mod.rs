@@ -8,6 +8,7 @@ mod context;
 mod deadline;
 pub mod engine;
 mod error;
+mod gate;
 mod prompt;
 pub mod publish;
 pub mod record;

@@ -308,6 +308,14 @@ impl Worktree {
         Ok(n)
     }
 
+    /// Put `paths` (worktree-relative) back as they are in HEAD: a changed file gets its
+    /// committed content and mode, a new one is removed. Other changes stay. The commit-time
+    /// policy uses it to undo what it refuses, whoever wrote it.
+    pub fn restore_paths(&self, paths: &[String]) -> Result<usize> {
+        let only: BTreeSet<String> = paths.iter().cloned().collect();
+        reset_worktree_paths(&self.path, self.head()?, Some(&only))
+    }
+
     /// Point this worktree's HEAD at `branch` (which must exist at `commit`) and reset the
     /// files to `commit`, touching only what differs.
     fn switch_to_branch(&self, branch: &str, commit: gix::ObjectId) -> Result<usize> {
@@ -348,6 +356,15 @@ impl Worktree {
 /// only the paths that differ: those changed between the index's commit and `target`, plus
 /// whatever is dirty or untracked in the work tree. Ignored files are left alone.
 pub(crate) fn reset_worktree(dir: &Path, target: gix::ObjectId) -> Result<usize> {
+    reset_worktree_paths(dir, target, None)
+}
+
+/// [`reset_worktree`] restricted to `only` (worktree-relative paths) when given.
+fn reset_worktree_paths(
+    dir: &Path,
+    target: gix::ObjectId,
+    only: Option<&BTreeSet<String>>,
+) -> Result<usize> {
     // A fresh handle: the index and config must be read as they are now.
     let repo = Repo::open(dir)?;
     let g = repo.gix();
@@ -400,6 +417,9 @@ pub(crate) fn reset_worktree(dir: &Path, target: gix::ObjectId) -> Result<usize>
     // 2. What is dirty or untracked in the work tree.
     for path in super::commit::dirty_paths(&repo)? {
         paths.insert(path);
+    }
+    if let Some(only) = only {
+        paths.retain(|p| only.contains(&p.to_string()));
     }
     if paths.is_empty() {
         return Ok(0);

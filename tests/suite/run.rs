@@ -859,3 +859,53 @@ fn the_runs_clock_bounds_a_long_command() {
         "the run took {took:?} for a 1-minute budget"
     );
 }
+
+/// Regression (issue 18): files a `run` command wrote — a workflow, `.env`, a key, a symlink
+/// out of the tree, a `.gitattributes` naming a filter, a `.gitmodules` — were committed,
+/// because only the tools asked the policy. The policy now holds at commit time, whoever
+/// wrote the path: none of them is committed, the honest fix is, and the refusal is in the
+/// report and the audit log.
+#[test]
+fn the_policy_holds_at_commit_time_for_what_commands_wrote() {
+    let f = Fixture::new("python-add");
+    // A program the model wrote plants the files: the command policy sees `python3 FILE`,
+    // not what the program writes.
+    let plant = "import os\n\
+os.makedirs('.github/workflows', exist_ok=True)\n\
+open('.github/workflows/x.yml', 'w').write('on: push\\n')\n\
+open('.env', 'w').write('SECRET=1\\n')\n\
+open('deploy.pem', 'w').write('key\\n')\n\
+os.symlink('/etc/passwd', 'passwd')\n\
+open('.gitattributes', 'w').write('* filter=evil\\n')\n\
+open('.gitmodules', 'w').write('[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::sh -c touch% /tmp/x\\n')\n";
+    let script = f.script(&[
+        plan(&["calc.py", "plant.py"]),
+        serde_json::json!({"role": "coder", "tool_calls": [{"name": "write_file", "arguments": {"path": "plant.py", "content": plant}}]}),
+        serde_json::json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": "python3 plant.py"}}]}),
+        serde_json::json!({"role": "coder", "tool_calls": [{"name": "delete_file", "arguments": {"path": "plant.py"}}]}),
+        edit("calc.py", "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    let commit = json["commits"][0].as_str().unwrap();
+    let files = git(&f.repo(), &["show", "--name-only", "--format=", commit]);
+    assert_eq!(files.trim(), "calc.py", "only the fix is committed");
+    let run = json["run_id"].as_str().unwrap();
+    let report = f.report(run);
+    for p in [
+        ".github/workflows/x.yml",
+        ".env",
+        "deploy.pem",
+        "passwd",
+        ".gitattributes",
+        ".gitmodules",
+    ] {
+        assert!(
+            report.contains(&format!("`{p}`")),
+            "{p} not reported:\n{report}"
+        );
+    }
+    let log = std::fs::read_to_string(f.run_dir(run).join("audit.jsonl")).unwrap();
+    assert!(log.contains("refused_at_commit"), "{log}");
+}

@@ -361,6 +361,18 @@ async fn denied_paths_are_refused_with_the_rule() {
         )
         .await,
     );
+    // The repository's file adds to the built-in denies: this glob is the built-in's.
+    assert!(
+        msg.contains("deny_paths") && msg.contains("built-in default"),
+        "{msg}"
+    );
+    let msg = to_model(
+        f.call(
+            "write_file",
+            json!({"path": "secrets/key", "content": "k\n"}),
+        )
+        .await,
+    );
     assert!(
         msg.contains("deny_paths") && msg.contains("main:.github/agent.toml"),
         "{msg}"
