@@ -728,6 +728,30 @@ fn judge_hidden_code(cmd: &SimpleCommand, name: &str, cur: &mut (Decision, RiskT
             ),
         );
     }
+    if matches!(name, "awk" | "gawk" | "mawk" | "nawk" | "busybox-awk") {
+        // awk's `system()`, `print | "cmd"` and `"cmd" | getline` run commands; a program
+        // file (`-f`) is not visible at all.
+        let (k, opts) = wrappers::getopt(argv, 1, &wrappers::AWK);
+        let file = opts.iter().any(|(n, _)| n == "f" || n == "file");
+        let inline: Vec<&String> = opts
+            .iter()
+            .filter(|(n, _)| n == "e" || n == "source")
+            .filter_map(|(_, v)| v.as_ref())
+            .chain(argv.get(k).filter(|_| !file))
+            .collect();
+        if file
+            || inline
+                .iter()
+                .any(|p| p.contains("system") || p.contains('|'))
+        {
+            ask(
+                cur,
+                format!(
+                    "`{name}` with a program that can run commands (`system`, a pipe, or a file)"
+                ),
+            );
+        }
+    }
     if let Some(flag) = wrappers::inline_program(argv) {
         ask(
             cur,

@@ -211,6 +211,11 @@ const TABLE: &[(&str, Decision)] = &[
     ("source venv/bin/activate", Ask),
     ("bash < script.sh", Ask),
     ("cat x | bash", Ask),
+    ("awk '{print $1}' data.txt", Allow),
+    ("awk -F: '{print $1}' /etc/passwd", Allow),
+    ("awk 'BEGIN{system(\"git push\")}'", Ask),
+    ("awk '{print | \"sh\"}' x", Ask),
+    ("gawk -f prog.awk x", Ask),
     // Tricks that were caught before and stay caught.
     ("echo `git push`", Forbid),
     ("echo $(echo $(echo $(git push)))", Forbid),

@@ -423,6 +423,19 @@ pub(super) fn assignment(
     Ok(Vec::new())
 }
 
+/// awk's options (POSIX and gawk): `-F`, `-v`, `-f` and gawk's `-e` take a value.
+pub(super) const AWK: Grammar = grammar(
+    "Fvfe",
+    &[
+        "field-separator",
+        "assign",
+        "file",
+        "source",
+        "include",
+        "load",
+    ],
+);
+
 /// git's options before the subcommand.
 pub(super) const GIT_GLOBALS: Grammar = Grammar {
     short: "Cc",
