@@ -4,7 +4,7 @@
 //! `;`, `&`, pipelines, subshells `( … )` and groups `{ …; }`, command substitutions `$(…)` and
 //! backticks (also inside double quotes), process substitutions `<(…)`, the scripts of
 //! `sh -c '…'`, and the commands behind wrappers such as `env`, `timeout`, `xargs` or
-//! `find -exec` (read with each wrapper's own option grammar, see [`super::wrappers`]).
+//! `find -exec` (read with each wrapper's own option grammar, in `policy::wrappers`).
 //! Redirections are kept with their targets, and every command carries the directories it may
 //! run in, so that `cd / && rm -rf x` is judged as removing `/x`. Anything it does not
 //! understand (unbalanced quotes, here-documents, `for`/`case` loops, brace expansion,
