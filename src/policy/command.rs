@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::shell::{self, SimpleCommand};
+use super::wrappers::{self, ShellProgram};
 use super::{
     Approval, IgnoredRule, Policy, RiskTier, RuleRef, SourcedRule, decision_name, rule_text,
     strictest,
@@ -122,72 +123,75 @@ pub const BUILTIN_RULES: &[(&[&str], Decision, RiskTier, &str)] = &[
         "containers reach outside the sandbox",
     ),
     (
-        &["pip", "install"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["pip3", "install"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["npm", "install"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["npm", "i"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["npx"],
-        Decision::Ask,
-        RiskTier::High,
-        "runs packages fetched from the network",
-    ),
-    (
-        &["yarn", "add"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["cargo", "install"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["gem", "install"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["go", "install"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
-        &["go", "get"],
-        Decision::Ask,
-        RiskTier::High,
-        "installs code from the network",
-    ),
-    (
         &["rm", "-rf", "/"],
         Decision::Forbid,
         RiskTier::Critical,
         "deletes the machine's files",
     ),
 ];
+
+const PYPI: &[&str] = &["pypi.org", "files.pythonhosted.org"];
+const NPM: &[&str] = &["registry.npmjs.org", "registry.yarnpkg.com"];
+const CRATES: &[&str] = &["index.crates.io", "static.crates.io", "crates.io"];
+const RUBYGEMS: &[&str] = &["rubygems.org", "index.rubygems.org"];
+
+/// Commands that fetch and install code from a package registry, and the registry's hosts.
+/// Each is a built-in `ask` rule, `allow` when the network policy reaches one of the hosts
+/// (`network = "on"`, or `"allowlist"` naming one). Wrapped and optioned forms reach these
+/// through their canonical form (`python3 -m pip install` is `pip install`).
+pub const INSTALLERS: &[(&[&str], &[&str])] = &[
+    (&["pip", "install"], PYPI),
+    (&["pip", "download"], PYPI),
+    (&["pip", "wheel"], PYPI),
+    (&["uv", "add"], PYPI),
+    (&["uv", "sync"], PYPI),
+    (&["uv", "tool", "install"], PYPI),
+    (&["uvx"], PYPI),
+    (&["pipx", "install"], PYPI),
+    (&["pipx", "run"], PYPI),
+    (&["poetry", "add"], PYPI),
+    (&["poetry", "install"], PYPI),
+    (&["pipenv", "install"], PYPI),
+    (&["npm", "install"], NPM),
+    (&["npm", "ci"], NPM),
+    (&["npm", "update"], NPM),
+    (&["npm", "exec"], NPM),
+    (&["npx"], NPM),
+    (&["pnpm", "install"], NPM),
+    (&["pnpm", "add"], NPM),
+    (&["pnpm", "update"], NPM),
+    (&["pnpm", "dlx"], NPM),
+    (&["pnpx"], NPM),
+    (&["yarn", "install"], NPM),
+    (&["yarn", "add"], NPM),
+    (&["yarn", "up"], NPM),
+    (&["yarn", "dlx"], NPM),
+    (&["bun", "install"], NPM),
+    (&["bun", "add"], NPM),
+    (&["bun", "update"], NPM),
+    (&["bun", "x"], NPM),
+    (&["bunx"], NPM),
+    (&["cargo", "install"], CRATES),
+    (&["cargo", "add"], CRATES),
+    (&["cargo", "binstall"], CRATES),
+    (&["gem", "install"], RUBYGEMS),
+    (&["bundle", "install"], RUBYGEMS),
+    (&["bundle", "add"], RUBYGEMS),
+    (&["bundle", "update"], RUBYGEMS),
+    (&["go", "install"], &["proxy.golang.org"]),
+    (&["go", "get"], &["proxy.golang.org"]),
+    (&["go", "mod", "download"], &["proxy.golang.org"]),
+    (&["composer", "install"], &["repo.packagist.org"]),
+    (&["composer", "require"], &["repo.packagist.org"]),
+    (&["composer", "update"], &["repo.packagist.org"]),
+    (&["conda", "install"], &["conda.anaconda.org"]),
+    (&["apt-get", "install"], &[]),
+    (&["apt", "install"], &[]),
+    (&["brew", "install"], &[]),
+];
+
+/// Why an installer is asked about.
+const INSTALLS: &str = "installs code from a package registry";
 
 /// Programs whose purpose is to talk to the network; the network mode judges them.
 const NETWORK_CLIENTS: &[&str] = &[
@@ -295,16 +299,21 @@ fn prefix_matches(prefix: &[String], argv: &[String]) -> bool {
 }
 
 fn builtin_rules() -> Vec<SourcedRule> {
+    let installers = INSTALLERS
+        .iter()
+        .map(|(prefix, _)| (*prefix, Decision::Ask, RiskTier::High, INSTALLS));
     BUILTIN_RULES
         .iter()
+        .copied()
+        .chain(installers)
         .map(|(prefix, decision, risk, why)| SourcedRule {
             prefix: prefix.iter().map(|s| s.to_string()).collect(),
-            decision: *decision,
-            risk: *risk,
+            decision,
+            risk,
             rule: RuleRef::builtin(format!(
                 "commands: {:?} => {} ({why})",
                 prefix,
-                decision_name(*decision)
+                decision_name(decision)
             )),
         })
         .collect()
@@ -441,6 +450,31 @@ fn tighten(cur: &mut (Decision, RiskTier, RuleRef), d: Decision, risk: RiskTier,
     }
 }
 
+/// Commands that write the paths they are given as operands.
+const PATH_WRITERS: &[&str] = &[
+    "rm", "mv", "cp", "tee", "truncate", "touch", "chmod", "mkdir", "rmdir", "shred", "unlink",
+];
+
+/// `git -c` keys that only change presentation or identity, never what git runs.
+const SAFE_GIT_CONFIG: &[&str] = &[
+    "user.name",
+    "user.email",
+    "core.quotepath",
+    "core.autocrlf",
+    "core.safecrlf",
+    "commit.gpgsign",
+    "tag.gpgsign",
+    "init.defaultbranch",
+    "pull.rebase",
+    "merge.conflictstyle",
+    "rerere.enabled",
+    "gc.auto",
+    "maintenance.auto",
+    "log.showsignature",
+    "status.showuntrackedfiles",
+    "safe.directory",
+];
+
 fn judge_one(policy: &Policy, cmd: &SimpleCommand) -> PartVerdict {
     let argv = &cmd.argv;
     let mut cur = if cmd.dynamic_name {
@@ -466,7 +500,10 @@ fn judge_one(policy: &Policy, cmd: &SimpleCommand) -> PartVerdict {
                 _ => Some(r),
             });
         match best {
-            Some(r) => (r.decision, r.risk, r.rule.clone()),
+            Some(r) => match installer_registry(policy, r) {
+                Some(rule) => (Decision::Allow, r.risk, rule),
+                None => (r.decision, r.risk, r.rule.clone()),
+            },
             None => (
                 policy.default_command.0,
                 default_risk(argv),
@@ -496,30 +533,39 @@ fn judge_one(policy: &Policy, cmd: &SimpleCommand) -> PartVerdict {
         };
         tighten(&mut cur, d, RiskTier::High, rule);
     }
-    if STDIN_RUNNERS.contains(&name)
-        && cmd.stdin_piped
-        && argv[1..].iter().all(|a| a.starts_with('-') && a != "-c")
-    {
-        tighten(
-            &mut cur,
-            Decision::Ask,
-            RiskTier::High,
-            RuleRef::builtin(format!(
-                "`{name}` reading a pipe runs code that is only known at run time"
-            )),
-        );
-    }
+    judge_hidden_code(cmd, name, &mut cur);
     for r in cmd.redirects.iter().filter(|r| r.writes()) {
-        judge_write_target(policy, &r.target, "a redirection", &mut cur);
+        judge_write(policy, cmd, &r.target, "a redirection", &mut cur);
+    }
+    let operands = || argv[1..].iter().filter(|a| !a.starts_with('-'));
+    if (PATH_WRITERS.contains(&name) || name == "ln") && cmd.args_from_stdin {
+        {
+            tighten(
+                &mut cur,
+                Decision::Ask,
+                RiskTier::High,
+                RuleRef::builtin(format!(
+                    "`{name}` behind `xargs` writes paths that arrive only at run time"
+                )),
+            );
+        }
     }
     match name {
-        "rm" | "mv" | "cp" | "tee" | "truncate" | "touch" | "chmod" | "mkdir" | "rmdir" => {
-            for a in argv[1..].iter().filter(|a| !a.starts_with('-')) {
-                judge_write_target(policy, a, &format!("`{name}`"), &mut cur);
+        n if PATH_WRITERS.contains(&n) => {
+            let recursive = n == "rm"
+                && argv[1..].iter().any(|a| {
+                    a == "--recursive"
+                        || (a.starts_with('-') && !a.starts_with("--") && a.contains(['r', 'R']))
+                });
+            for a in operands() {
+                judge_write(policy, cmd, a, &format!("`{name}`"), &mut cur);
+                if recursive {
+                    judge_tree_delete(cmd, a, &mut cur);
+                }
             }
         }
         "ln" => {
-            let words: Vec<&String> = argv[1..].iter().filter(|a| !a.starts_with('-')).collect();
+            let words: Vec<&String> = operands().collect();
             let symbolic = argv[1..].iter().any(|a| {
                 a == "--symbolic" || (a.starts_with('-') && !a.starts_with("--") && a.contains('s'))
             });
@@ -543,6 +589,68 @@ fn judge_one(policy: &Policy, cmd: &SimpleCommand) -> PartVerdict {
                 );
             }
         }
+        "find" => {
+            if argv.iter().any(|a| a == "-delete") {
+                // With no test to select files, `-delete` takes everything below the roots.
+                let roots = wrappers::find_roots(argv);
+                let mut expression = argv[1..].iter().skip_while(|a| !a.starts_with('-'));
+                let mut everything = true;
+                while let Some(a) = expression.next() {
+                    match a.as_str() {
+                        "-delete" | "-depth" | "-xdev" | "-mount" | "-noleaf" | "-H" | "-L"
+                        | "-P" => {}
+                        "-mindepth" | "-maxdepth" => {
+                            expression.next();
+                        }
+                        _ => everything = false,
+                    }
+                }
+                for root in roots {
+                    judge_write(policy, cmd, &root, "`find -delete`", &mut cur);
+                    if everything {
+                        judge_tree_delete(cmd, &root, &mut cur);
+                    }
+                }
+            }
+            for w in argv.windows(2) {
+                if matches!(w[0].as_str(), "-fprint" | "-fprint0" | "-fprintf" | "-fls") {
+                    judge_write(policy, cmd, &w[1], &format!("`find {}`", w[0]), &mut cur);
+                }
+            }
+        }
+        "time" => {
+            let (_, opts) = wrappers::getopt(
+                argv,
+                1,
+                &wrappers::Grammar {
+                    short: "fo",
+                    long: &["format", "output"],
+                    abbrev: true,
+                },
+            );
+            for (n, v) in opts {
+                if let ("o" | "output", Some(file)) = (n.as_str(), v) {
+                    judge_write(policy, cmd, &file, "`time -o`", &mut cur);
+                }
+            }
+        }
+        "sed" => {
+            let in_place = argv[1..]
+                .iter()
+                .any(|a| a.starts_with("--in-place") || (a.starts_with("-i") && a.len() <= 8));
+            let script_given = argv[1..].iter().any(|a| {
+                matches!(a.as_str(), "-e" | "-f" | "--expression" | "--file")
+                    || a.starts_with("--expression=")
+                    || a.starts_with("--file=")
+            });
+            if in_place {
+                let files = operands().skip(usize::from(!script_given));
+                for f in files {
+                    judge_write(policy, cmd, f, "`sed -i`", &mut cur);
+                }
+            }
+        }
+        "git" => judge_git_globals(cmd, &mut cur),
         _ => {}
     }
     PartVerdict {
@@ -550,6 +658,218 @@ fn judge_one(policy: &Policy, cmd: &SimpleCommand) -> PartVerdict {
         decision: cur.0,
         risk: cur.1,
         rule: cur.2,
+    }
+}
+
+/// When `rule` is the built-in rule of an installer and the network policy reaches its
+/// registry, the rule that allows it.
+fn installer_registry(policy: &Policy, rule: &SourcedRule) -> Option<RuleRef> {
+    if rule.rule.origin != RuleRef::builtin("").origin {
+        return None;
+    }
+    let (_, hosts) = INSTALLERS.iter().find(|(prefix, _)| {
+        prefix.len() == rule.prefix.len()
+            && prefix
+                .iter()
+                .zip(&rule.prefix)
+                .all(|(a, b)| *a == b.as_str())
+    })?;
+    let (mode, net) = &policy.network;
+    let reached = match mode {
+        NetworkMode::Off => return None,
+        NetworkMode::On => "every host".to_string(),
+        NetworkMode::Allowlist => {
+            let allowed = &policy.network_allow;
+            let host = hosts
+                .iter()
+                .find(|h| allowed.0.iter().any(|a| a.as_str() == **h))?;
+            return Some(RuleRef {
+                rule: format!(
+                    "{} reaches `{host}`, the registry of `{}`",
+                    allowed.1.rule,
+                    rule.prefix.join(" ")
+                ),
+                origin: allowed.1.origin.clone(),
+            });
+        }
+    };
+    Some(RuleRef {
+        rule: format!(
+            "{} reaches {reached}, the registry of `{}` included",
+            net.rule,
+            rule.prefix.join(" ")
+        ),
+        origin: net.origin.clone(),
+    })
+}
+
+/// Code the line does not show: script files run by a shell, programs given inline to an
+/// interpreter, code read from standard input, loader variables.
+fn judge_hidden_code(cmd: &SimpleCommand, name: &str, cur: &mut (Decision, RiskTier, RuleRef)) {
+    let argv = &cmd.argv;
+    let ask = |cur: &mut (Decision, RiskTier, RuleRef), why: String| {
+        tighten(cur, Decision::Ask, RiskTier::High, RuleRef::builtin(why));
+    };
+    let input_redirected = cmd
+        .redirects
+        .iter()
+        .any(|r| r.op.trim_start_matches(|c: char| c.is_ascii_digit()) == "<");
+    match wrappers::shell_program(argv) {
+        Some(ShellProgram::File(file)) => ask(
+            cur,
+            format!(
+                "`{name} {file}` runs a script file whose commands the policy cannot see (the sandbox contains it; a human approves it)"
+            ),
+        ),
+        Some(ShellProgram::Stdin) if cmd.stdin_piped || input_redirected => ask(
+            cur,
+            format!("`{name}` reading its input runs code that is only known at run time"),
+        ),
+        Some(_) => {}
+        None => {
+            if STDIN_RUNNERS.contains(&name)
+                && (cmd.stdin_piped || input_redirected)
+                && argv[1..].iter().all(|a| a.starts_with('-'))
+            {
+                ask(
+                    cur,
+                    format!("`{name}` reading a pipe runs code that is only known at run time"),
+                );
+            }
+        }
+    }
+    if matches!(name, "source" | ".") && argv.len() > 1 {
+        ask(
+            cur,
+            format!(
+                "`{name} {}` runs a script file whose commands the policy cannot see",
+                argv[1]
+            ),
+        );
+    }
+    if matches!(name, "awk" | "gawk" | "mawk" | "nawk" | "busybox-awk") {
+        // awk's `system()`, `print | "cmd"` and `"cmd" | getline` run commands; a program
+        // file (`-f`) is not visible at all.
+        let (k, opts) = wrappers::getopt(argv, 1, &wrappers::AWK);
+        let file = opts.iter().any(|(n, _)| n == "f" || n == "file");
+        let inline: Vec<&String> = opts
+            .iter()
+            .filter(|(n, _)| n == "e" || n == "source")
+            .filter_map(|(_, v)| v.as_ref())
+            .chain(argv.get(k).filter(|_| !file))
+            .collect();
+        if file
+            || inline
+                .iter()
+                .any(|p| p.contains("system") || p.contains('|'))
+        {
+            ask(
+                cur,
+                format!(
+                    "`{name}` with a program that can run commands (`system`, a pipe, or a file)"
+                ),
+            );
+        }
+    }
+    if let Some(flag) = wrappers::inline_program(argv) {
+        ask(
+            cur,
+            format!("`{name} {flag}` runs a program given inline, which the policy cannot read"),
+        );
+    }
+    if let [only] = argv.as_slice()
+        && let Some((var, _)) = only.split_once('=')
+        && (wrappers::LOADER_VARIABLES.contains(&var) || var.starts_with("GIT_CONFIG_KEY_"))
+    {
+        ask(
+            cur,
+            format!(
+                "setting `{var}` makes programs load code or configuration the line does not show"
+            ),
+        );
+    }
+}
+
+/// git's global options that change what git runs or where it works.
+fn judge_git_globals(cmd: &SimpleCommand, cur: &mut (Decision, RiskTier, RuleRef)) {
+    let (_, opts) = wrappers::git_subcommand(&cmd.argv);
+    for (n, v) in opts {
+        let value = v.unwrap_or_default();
+        let why = match n.as_str() {
+            "c" => {
+                let key = value.split('=').next().unwrap_or("").to_ascii_lowercase();
+                let safe = SAFE_GIT_CONFIG.contains(&key.as_str())
+                    || key.starts_with("color.")
+                    || key.starts_with("advice.");
+                (!safe).then(|| {
+                    format!("`git -c {key}` can make git run commands or reach other repositories")
+                })
+            }
+            "config-env" => Some(format!(
+                "`git --config-env {value}` sets configuration from the environment"
+            )),
+            "exec-path" if !value.is_empty() => Some(format!(
+                "`git --exec-path={value}` runs git's commands from another directory"
+            )),
+            "C" | "git-dir" | "work-tree" => cmd
+                .dirs()
+                .iter()
+                .map(|d| shell::join_dir(d, &value))
+                .find(|p| outside_worktree(p))
+                .map(|p| format!("`git --{n} {p}` works on a repository outside the worktree")),
+            _ => None,
+        };
+        if let Some(why) = why {
+            tighten(cur, Decision::Ask, RiskTier::High, RuleRef::builtin(why));
+        }
+    }
+}
+
+/// Whether `path` (normalized) lies outside the worktree and its temporary space.
+fn outside_worktree(path: &str) -> bool {
+    if path.contains('$') {
+        return true;
+    }
+    match super::paths::lexical_relative(path) {
+        Ok(_) => false,
+        Err(super::paths::PathRefusal::InGit) => false,
+        Err(_) => !(path == "/tmp" || path.starts_with("/tmp/")),
+    }
+}
+
+/// Deleting the whole worktree (`rm -r .`, `find . -delete`) takes `.git` with it.
+fn judge_tree_delete(cmd: &SimpleCommand, target: &str, cur: &mut (Decision, RiskTier, RuleRef)) {
+    for d in cmd.dirs() {
+        let path = shell::join_dir(d, target);
+        if path == "." || path == "*" || path == "./*" {
+            tighten(
+                cur,
+                Decision::Forbid,
+                RiskTier::Critical,
+                RuleRef::builtin(format!(
+                    "deleting `{target}` from the worktree root deletes the whole worktree"
+                )),
+            );
+        }
+    }
+}
+
+/// Judge writing `target` from every directory `cmd` may run in.
+fn judge_write(
+    policy: &Policy,
+    cmd: &SimpleCommand,
+    target: &str,
+    what: &str,
+    cur: &mut (Decision, RiskTier, RuleRef),
+) {
+    for d in cmd.dirs() {
+        let path = shell::join_dir(d, target);
+        let shown = if path == target || d == "." {
+            what.to_string()
+        } else {
+            format!("{what} (from `{d}`)")
+        };
+        judge_write_target(policy, &path, &shown, cur);
     }
 }
 
@@ -563,7 +883,7 @@ fn judge_write_target(
         return;
     }
     match super::paths::lexical_relative(target) {
-        Err(_) if target.starts_with("/tmp/") => {
+        Err(_) if target.starts_with("/tmp/") && shell::normalize(target).starts_with("/tmp/") => {
             tighten(
                 cur,
                 Decision::Allow,

@@ -16,9 +16,12 @@ mod command;
 mod error;
 mod paths;
 pub mod shell;
+#[cfg(test)]
+mod table_tests;
+mod wrappers;
 
 pub use approval::{Approval, ApprovalRequest, ApprovalStatus};
-pub use command::{BUILTIN_RULES, CommandVerdict, PartVerdict};
+pub use command::{BUILTIN_RULES, CommandVerdict, INSTALLERS, PartVerdict};
 pub use error::{Error, Result};
 pub use paths::{PathRefusal, PathVerdict, lexical_relative, symlink_target_is_confined};
 

@@ -4,9 +4,11 @@
 //! `;`, `&`, pipelines, subshells `( … )` and groups `{ …; }`, command substitutions `$(…)` and
 //! backticks (also inside double quotes), process substitutions `<(…)`, the scripts of
 //! `sh -c '…'`, and the commands behind wrappers such as `env`, `timeout`, `xargs` or
-//! `find -exec`. Redirections are kept with their targets. Anything it does not understand
-//! (unbalanced quotes, here-documents, `for`/`case` loops, `eval`-like constructs) is an error,
-//! which the policy turns into `ask`.
+//! `find -exec` (read with each wrapper's own option grammar, in `policy::wrappers`).
+//! Redirections are kept with their targets, and every command carries the directories it may
+//! run in, so that `cd / && rm -rf x` is judged as removing `/x`. Anything it does not
+//! understand (unbalanced quotes, here-documents, `for`/`case` loops, brace expansion,
+//! `CDPATH`) is an error, which the policy turns into `ask`.
 
 use serde::Serialize;
 
@@ -42,6 +44,40 @@ pub struct SimpleCommand {
     pub dynamic_name: bool,
     /// Whether this command was found inside another (substitution, `sh -c`, a wrapper).
     pub nested: bool,
+    /// Every directory it may run in, as far as the line tells (`cd`, `env -C`, `find
+    /// -execdir`): `.` is the worktree root, others are worktree-relative, absolute, `~` or
+    /// hold a `$` when only known at run time. Empty means the worktree root.
+    pub dirs: Vec<String>,
+    /// Whether more arguments arrive only at run time (`xargs` reads them from its input).
+    pub args_from_stdin: bool,
+}
+
+impl SimpleCommand {
+    /// The directories it may run in (`["."]` when the line never changes directory).
+    pub fn dirs(&self) -> Vec<&str> {
+        if self.dirs.is_empty() {
+            vec!["."]
+        } else {
+            self.dirs.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// A command run by this one (behind a wrapper, or a canonical form of it): it inherits
+    /// where this one runs and what it reads.
+    pub(super) fn inner(&self, argv: Vec<String>) -> SimpleCommand {
+        let dynamic_name = argv
+            .first()
+            .is_some_and(|a| a.contains('$') || a.contains(['*', '?', '[']));
+        SimpleCommand {
+            argv,
+            redirects: Vec::new(),
+            stdin_piped: self.stdin_piped,
+            dynamic_name,
+            nested: true,
+            dirs: self.dirs.clone(),
+            args_from_stdin: self.args_from_stdin,
+        }
+    }
 }
 
 /// Why a command line could not be parsed.
@@ -55,33 +91,74 @@ enum Tok {
     Op(String),
 }
 
-/// Deepest nesting of substitutions and `sh -c` scripts followed.
-const MAX_DEPTH: usize = 8;
+/// Deepest nesting of substitutions, `sh -c` scripts and wrappers followed.
+pub(super) const MAX_DEPTH: usize = 8;
+
+/// Most directories tracked for one command before the rest count as unknown.
+const MAX_DIRS: usize = 32;
 
 /// Every simple command of `line`, in order.
 pub fn parse(line: &str) -> Result<Vec<SimpleCommand>, ParseError> {
-    parse_depth(line, 0)
+    // `CDPATH` makes `cd sub` go wherever it points, which the line alone cannot tell.
+    if line.contains("CDPATH") {
+        return Err(ParseError(
+            "`CDPATH` changes where `cd` goes; such lines are not judged".into(),
+        ));
+    }
+    parse_depth(line, 0, &[".".to_string()])
 }
 
-fn parse_depth(line: &str, depth: usize) -> Result<Vec<SimpleCommand>, ParseError> {
+/// Parse `line` running in any of `dirs`. Substitutions are parsed before the line's own `cd`s
+/// are known, so when the line changes directory they are parsed again from every directory
+/// the line may reach.
+pub(super) fn parse_depth(
+    line: &str,
+    depth: usize,
+    dirs: &[String],
+) -> Result<Vec<SimpleCommand>, ParseError> {
     if depth > MAX_DEPTH {
         return Err(ParseError("commands nested too deeply to judge".into()));
     }
+    let (cmds, reached, had_nested) = parse_once(line, depth, dirs, dirs)?;
+    if had_nested && reached.len() > dirs.len() {
+        return Ok(parse_once(line, depth, dirs, &reached)?.0);
+    }
+    Ok(cmds)
+}
+
+/// One pass: the commands, every directory reached, and whether substitutions were found.
+fn parse_once(
+    line: &str,
+    depth: usize,
+    dirs: &[String],
+    sub_dirs: &[String],
+) -> Result<(Vec<SimpleCommand>, Vec<String>, bool), ParseError> {
     let mut nested = Vec::new();
-    let toks = tokenize(line, depth, &mut nested)?;
+    let toks = tokenize(line, depth, sub_dirs, &mut nested)?;
     let mut out = Vec::new();
     let mut cur = SimpleCommand::default();
     let mut piped_next = false;
     let mut i = 0;
     let mut at_start = true;
+    let mut here = dirs.to_vec();
+    let mut reached = dirs.to_vec();
+    let mut subshells: Vec<Vec<String>> = Vec::new();
     while i < toks.len() {
         match &toks[i] {
             Tok::Op(op) => match op.as_str() {
                 "&&" | "||" | ";" | "&" | "\n" | "|" | "|&" | "(" | ")" => {
                     if !cur.argv.is_empty() || !cur.redirects.is_empty() {
-                        out.push(std::mem::take(&mut cur));
+                        finish_command(std::mem::take(&mut cur), &mut here, &mut reached, &mut out);
                     } else if matches!(op.as_str(), "|" | "|&" | "&&" | "||") && out.is_empty() {
                         return Err(ParseError(format!("`{op}` with nothing before it")));
+                    }
+                    // A subshell's `cd` ends with it.
+                    if op == "(" {
+                        subshells.push(here.clone());
+                    } else if op == ")"
+                        && let Some(before) = subshells.pop()
+                    {
+                        here = before;
                     }
                     piped_next = matches!(op.as_str(), "|" | "|&");
                     cur.stdin_piped = piped_next;
@@ -115,6 +192,7 @@ fn parse_depth(line: &str, depth: usize) -> Result<Vec<SimpleCommand>, ParseErro
                         _ => {}
                     }
                     if is_assignment(text) {
+                        nested.extend(super::wrappers::assignment(text, depth, &here)?);
                         i += 1;
                         continue;
                     }
@@ -127,19 +205,115 @@ fn parse_depth(line: &str, depth: usize) -> Result<Vec<SimpleCommand>, ParseErro
         i += 1;
     }
     if !cur.argv.is_empty() || !cur.redirects.is_empty() {
-        out.push(cur);
+        finish_command(cur, &mut here, &mut reached, &mut out);
     } else if piped_next {
         return Err(ParseError("pipeline ends without a command".into()));
     }
     // Commands behind wrappers and inside `sh -c` are judged too.
     let mut all = Vec::new();
     for cmd in out {
-        let inner = unwrap(&cmd, depth)?;
+        let inner = super::wrappers::unwrap(&cmd, depth)?;
         all.push(cmd);
         all.extend(inner);
     }
+    let had_nested = !nested.is_empty();
     all.extend(nested);
-    Ok(all)
+    Ok((all, reached, had_nested))
+}
+
+/// Record where `cmd` runs, then follow it if it changes directory. Directories only
+/// accumulate (a failed `cd`, `||` and pipelines leave the old one possible), except that a
+/// subshell's end restores its start.
+fn finish_command(
+    mut cmd: SimpleCommand,
+    here: &mut Vec<String>,
+    reached: &mut Vec<String>,
+    out: &mut Vec<SimpleCommand>,
+) {
+    cmd.dirs = here.clone();
+    if let Some(target) = cd_target(&cmd.argv) {
+        let next: Vec<String> = here.iter().map(|d| join_dir(d, &target)).collect();
+        for d in next {
+            add_dir(here, d.clone());
+            add_dir(reached, d);
+        }
+    }
+    out.push(cmd);
+}
+
+fn add_dir(dirs: &mut Vec<String>, dir: String) {
+    if dirs.contains(&dir) {
+        return;
+    }
+    if dirs.len() >= MAX_DIRS {
+        let unknown = "$UNKNOWN_DIR".to_string();
+        if !dirs.contains(&unknown) {
+            dirs.push(unknown);
+        }
+        return;
+    }
+    dirs.push(dir);
+}
+
+/// Where a `cd`, `pushd` or `chdir` goes (`~` for home); `None` when the command does not
+/// change directory or goes back to one already possible (`cd -`, `popd`).
+fn cd_target(argv: &[String]) -> Option<String> {
+    let mut words = argv;
+    while let Some(first) = words.first()
+        && matches!(first.as_str(), "command" | "builtin")
+    {
+        words = &words[1..];
+    }
+    let name = base_name(words.first()?);
+    if !matches!(name, "cd" | "pushd" | "chdir") {
+        return None;
+    }
+    let mut rest = words[1..].iter().skip_while(|a| {
+        a.len() > 1 && a.starts_with('-') && a.chars().skip(1).all(|c| "LPe@".contains(c))
+    });
+    let rest = match rest.next() {
+        Some(a) if a == "--" => rest.next(),
+        other => other,
+    };
+    match rest.map(String::as_str) {
+        None => Some("~".into()),
+        Some("-") => None,
+        Some(a) if name == "pushd" && (a.starts_with('+') || a.starts_with('-')) => None,
+        Some(a) => Some(a.to_string()),
+    }
+}
+
+/// `target` seen from `base`: absolute, `~` and run-time targets stand alone.
+pub(super) fn join_dir(base: &str, target: &str) -> String {
+    let joined = if target.is_empty() || target == "." {
+        base.to_string()
+    } else if target.starts_with(['/', '~', '$']) || base == "." {
+        target.to_string()
+    } else {
+        format!("{}/{target}", base.trim_end_matches('/'))
+    };
+    normalize(&joined)
+}
+
+/// Fold `.` and inner `..` lexically, so the same directory is written one way.
+pub(super) fn normalize(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            ".." if absolute => {}
+            c => parts.push(c),
+        }
+    }
+    match (absolute, parts.is_empty()) {
+        (true, _) => format!("/{}", parts.join("/")),
+        (false, true) => ".".into(),
+        (false, false) => parts.join("/"),
+    }
 }
 
 fn is_redirect(op: &str) -> bool {
@@ -149,9 +323,11 @@ fn is_redirect(op: &str) -> bool {
     )
 }
 
-fn is_assignment(word: &str) -> bool {
+/// `NAME=value` (also `NAME+=value`).
+pub(super) fn is_assignment(word: &str) -> bool {
     match word.split_once('=') {
         Some((name, _)) => {
+            let name = name.strip_suffix('+').unwrap_or(name);
             !name.is_empty()
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -160,126 +336,15 @@ fn is_assignment(word: &str) -> bool {
     }
 }
 
-fn base_name(word: &str) -> &str {
+/// The last path component of a command name (`/usr/bin/git` → `git`).
+pub(super) fn base_name(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
-}
-
-/// The commands a wrapper runs (`env X=1 cmd`, `timeout 5 cmd`, `sh -c 'script'`, `xargs cmd`,
-/// `find … -exec cmd {} ;`).
-fn unwrap(cmd: &SimpleCommand, depth: usize) -> Result<Vec<SimpleCommand>, ParseError> {
-    let argv = &cmd.argv;
-    let Some(first) = argv.first() else {
-        return Ok(Vec::new());
-    };
-    let name = base_name(first);
-    let inner_from = |skip: usize| -> Vec<SimpleCommand> {
-        if skip < argv.len() {
-            let inner = SimpleCommand {
-                argv: argv[skip..].to_vec(),
-                redirects: Vec::new(),
-                stdin_piped: cmd.stdin_piped,
-                dynamic_name: argv[skip].contains('$'),
-                nested: true,
-            };
-            let mut out = unwrap(&inner, depth + 1).unwrap_or_default();
-            out.insert(0, inner);
-            out
-        } else {
-            Vec::new()
-        }
-    };
-    let skip_opts = |mut i: usize, with_value: &[&str]| -> usize {
-        while i < argv.len() && argv[i].starts_with('-') && argv[i] != "-" {
-            if argv[i] == "--" {
-                return i + 1;
-            }
-            if with_value.contains(&argv[i].as_str()) {
-                i += 1;
-            }
-            i += 1;
-        }
-        i
-    };
-    Ok(match name {
-        "sh" | "bash" | "zsh" | "dash" | "ksh" | "ash" => {
-            match argv.iter().position(|a| {
-                a == "-c"
-                    || (a.starts_with('-')
-                        && !a.starts_with("--")
-                        && a.ends_with('c')
-                        && a.len() > 1)
-            }) {
-                Some(p) if p + 1 < argv.len() => parse_depth(&argv[p + 1], depth + 1)?
-                    .into_iter()
-                    .map(|mut c| {
-                        c.nested = true;
-                        c
-                    })
-                    .collect(),
-                Some(_) => return Err(ParseError(format!("`{first} -c` without a script"))),
-                None => Vec::new(),
-            }
-        }
-        "env" => {
-            let mut i = skip_opts(1, &["-u", "-C", "-S"]);
-            while i < argv.len() && is_assignment(&argv[i]) {
-                i += 1;
-            }
-            inner_from(i)
-        }
-        "nice" => inner_from(skip_opts(1, &["-n"])),
-        "timeout" => {
-            let i = skip_opts(1, &["-s", "-k", "--signal", "--kill-after"]);
-            inner_from(i + 1)
-        }
-        "nohup" | "time" | "command" | "exec" | "builtin" | "stdbuf" | "ionice" | "chrt"
-        | "setsid" | "unbuffer" => inner_from(skip_opts(1, &["-n", "-c", "-p"])),
-        "xargs" => inner_from(skip_opts(
-            1,
-            &["-I", "-n", "-P", "-L", "-d", "-s", "-a", "-E"],
-        )),
-        "find" | "fd" => {
-            let mut out = Vec::new();
-            let mut i = 1;
-            while i < argv.len() {
-                if matches!(
-                    argv[i].as_str(),
-                    "-exec"
-                        | "-execdir"
-                        | "-ok"
-                        | "-okdir"
-                        | "-x"
-                        | "--exec"
-                        | "-X"
-                        | "--exec-batch"
-                ) {
-                    let end = argv[i + 1..]
-                        .iter()
-                        .position(|a| a == ";" || a == "+")
-                        .map_or(argv.len(), |p| i + 1 + p);
-                    if end > i + 1 {
-                        let inner = SimpleCommand {
-                            argv: argv[i + 1..end].to_vec(),
-                            nested: true,
-                            ..SimpleCommand::default()
-                        };
-                        let deeper = unwrap(&inner, depth + 1)?;
-                        out.push(inner);
-                        out.extend(deeper);
-                    }
-                    i = end;
-                }
-                i += 1;
-            }
-            out
-        }
-        _ => Vec::new(),
-    })
 }
 
 fn tokenize(
     line: &str,
     depth: usize,
+    dirs: &[String],
     nested: &mut Vec<SimpleCommand>,
 ) -> Result<Vec<Tok>, ParseError> {
     let chars: Vec<char> = line.chars().collect();
@@ -287,6 +352,8 @@ fn tokenize(
     let mut word = String::new();
     let mut in_word = false;
     let mut dynamic = false;
+    // Unquoted `{` still open in the current word, and whether a `,` or `..` followed one.
+    let mut braces = (0usize, false);
     let mut i = 0;
     let flush = |toks: &mut Vec<Tok>, word: &mut String, in_word: &mut bool, dynamic: &mut bool| {
         if *in_word {
@@ -347,7 +414,7 @@ fn tokenize(
                             i += 2;
                         }
                         '$' | '`' => {
-                            let (len, text) = substitution(&chars[i..], depth, nested)?;
+                            let (len, text) = substitution(&chars[i..], depth, dirs, nested)?;
                             if text.is_some() {
                                 dynamic = true;
                             }
@@ -361,8 +428,15 @@ fn tokenize(
                     }
                 }
             }
+            '$' if chars.get(i + 1) == Some(&'\'') => {
+                // ANSI-C quoting: `$'\x67it'` is `git` to bash.
+                let (len, text) = ansi_c(&chars[i + 2..])?;
+                word.push_str(&text);
+                in_word = true;
+                i += len + 2;
+            }
             '$' | '`' => {
-                let (len, sub) = substitution(&chars[i..], depth, nested)?;
+                let (len, sub) = substitution(&chars[i..], depth, dirs, nested)?;
                 if sub.is_some() || len > 1 {
                     dynamic = true;
                 }
@@ -387,10 +461,12 @@ fn tokenize(
                     // Process substitution: judge what it runs.
                     let len = matching_paren(&chars[i + 1..])?;
                     let inner: String = chars[i + 2..i + len].iter().collect();
-                    nested.extend(parse_depth(&inner, depth + 1)?.into_iter().map(|mut c| {
-                        c.nested = true;
-                        c
-                    }));
+                    nested.extend(parse_depth(&inner, depth + 1, dirs)?.into_iter().map(
+                        |mut c| {
+                            c.nested = true;
+                            c
+                        },
+                    ));
                     word.push_str("<(…)");
                     in_word = true;
                     dynamic = true;
@@ -415,6 +491,24 @@ fn tokenize(
                 toks.push(Tok::Op(format!("{fd}{op}")));
             }
             _ => {
+                if !in_word {
+                    braces = (0, false);
+                }
+                // Brace expansion (`{sudo,ls}`, `{1..3}`) makes several words out of one.
+                match c {
+                    '{' => braces.0 += 1,
+                    ',' if braces.0 > 0 => braces.1 = true,
+                    '.' if braces.0 > 0 && chars.get(i + 1) == Some(&'.') => braces.1 = true,
+                    '}' if braces.0 > 0 => {
+                        braces.0 -= 1;
+                        if braces.1 {
+                            return Err(ParseError(
+                                "brace expansion (`{a,b}`) is not judged".into(),
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
                 word.push(c);
                 in_word = true;
                 i += 1;
@@ -423,6 +517,90 @@ fn tokenize(
     }
     flush(&mut toks, &mut word, &mut in_word, &mut dynamic);
     Ok(toks)
+}
+
+/// The text of an ANSI-C quoted string (`$'…'`) whose body starts at `chars[0]`, and the
+/// length through its closing quote.
+fn ansi_c(chars: &[char]) -> Result<(usize, String), ParseError> {
+    let mut out = String::new();
+    let mut i = 0;
+    // A NUL ends the string for bash; the rest up to the quote is dropped.
+    let mut ended = false;
+    let push = |out: &mut String, c: Option<char>, ended: &mut bool| match c {
+        Some('\0') | None => *ended = true,
+        Some(c) if !*ended => out.push(c),
+        Some(_) => {}
+    };
+    let number = |chars: &[char], from: usize, max: usize, radix: u32| -> (usize, u32) {
+        let digits: String = chars[from..]
+            .iter()
+            .take(max)
+            .take_while(|c| c.is_digit(radix))
+            .collect();
+        (
+            digits.len(),
+            u32::from_str_radix(&digits, radix).unwrap_or(0),
+        )
+    };
+    loop {
+        let Some(&c) = chars.get(i) else {
+            return Err(ParseError("unbalanced `$'`".into()));
+        };
+        match c {
+            '\'' => return Ok((i + 1, out)),
+            '\\' => {
+                let Some(&e) = chars.get(i + 1) else {
+                    return Err(ParseError("unbalanced `$'`".into()));
+                };
+                i += 2;
+                let simple = match e {
+                    'a' => Some('\x07'),
+                    'b' => Some('\x08'),
+                    'e' | 'E' => Some('\x1b'),
+                    'f' => Some('\x0c'),
+                    'n' => Some('\n'),
+                    'r' => Some('\r'),
+                    't' => Some('\t'),
+                    'v' => Some('\x0b'),
+                    '\\' | '\'' | '"' | '?' => Some(e),
+                    _ => None,
+                };
+                if let Some(c) = simple {
+                    push(&mut out, Some(c), &mut ended);
+                    continue;
+                }
+                let (len, value) = match e {
+                    '0'..='7' => {
+                        let (len, v) = number(chars, i - 1, 3, 8);
+                        (len.saturating_sub(1), v)
+                    }
+                    'x' => number(chars, i, 2, 16),
+                    'u' => number(chars, i, 4, 16),
+                    'U' => number(chars, i, 8, 16),
+                    'c' => match chars.get(i) {
+                        Some(&x) => (1, (x as u32) & 0x1f),
+                        None => return Err(ParseError("unbalanced `$'`".into())),
+                    },
+                    other => {
+                        push(&mut out, Some('\\'), &mut ended);
+                        push(&mut out, Some(other), &mut ended);
+                        continue;
+                    }
+                };
+                if len == 0 && matches!(e, 'x' | 'u' | 'U') {
+                    push(&mut out, Some('\\'), &mut ended);
+                    push(&mut out, Some(e), &mut ended);
+                    continue;
+                }
+                i += len;
+                push(&mut out, char::from_u32(value), &mut ended);
+            }
+            c => {
+                push(&mut out, Some(c), &mut ended);
+                i += 1;
+            }
+        }
+    }
 }
 
 /// Length of the parenthesized text starting at `chars[0] == '('`, through its `)`.
@@ -457,13 +635,18 @@ fn matching_paren(chars: &[char]) -> Result<usize, ParseError> {
 fn substitution(
     chars: &[char],
     depth: usize,
+    dirs: &[String],
     nested: &mut Vec<SimpleCommand>,
 ) -> Result<(usize, Option<()>), ParseError> {
     let mut run = |inner: &str| -> Result<(), ParseError> {
-        nested.extend(parse_depth(inner, depth + 1)?.into_iter().map(|mut c| {
-            c.nested = true;
-            c
-        }));
+        nested.extend(
+            parse_depth(inner, depth + 1, dirs)?
+                .into_iter()
+                .map(|mut c| {
+                    c.nested = true;
+                    c
+                }),
+        );
         Ok(())
     };
     if chars[0] == '`' {
@@ -582,6 +765,45 @@ mod tests {
             .collect();
         assert_eq!(ops, [("2>&", "1"), (">", "out.txt"), ("<", "in")]);
         assert!(!p[0].redirects[0].writes() && p[0].redirects[1].writes());
+    }
+
+    /// `cd` changes where the commands after it run; a subshell's `cd` ends with it, and a
+    /// failed `cd` leaves the old directory possible.
+    #[test]
+    fn commands_carry_the_directories_they_may_run_in() {
+        let dirs = |line: &str| -> Vec<Vec<String>> {
+            parse(line).unwrap().into_iter().map(|c| c.dirs).collect()
+        };
+        assert_eq!(dirs("cd / && rm -rf x"), [vec!["."], vec![".", "/"]]);
+        assert_eq!(
+            dirs("(cd sub; make) && ls"),
+            [vec!["."], vec![".", "sub"], vec!["."]]
+        );
+        assert_eq!(
+            dirs("cd a && cd ../b && cd"),
+            [vec!["."], vec![".", "a"], vec![".", "a", "../b", "b"]]
+        );
+        // A substitution is parsed again from every directory the line reaches.
+        let p = parse("cd / && echo $(rm x)").unwrap();
+        let rm = p.iter().find(|c| c.argv == ["rm", "x"]).unwrap();
+        assert_eq!(rm.dirs, [".", "/"]);
+        assert!(parse("CDPATH=/ cd etc").is_err());
+    }
+
+    /// ANSI-C quoting is decoded (bash runs `$'\x67it'` as `git`); brace expansion, which
+    /// makes words the parser would not see, is refused.
+    #[test]
+    fn ansi_c_quoting_and_brace_expansion() {
+        assert_eq!(argvs("$'\\x67it' push"), ["git push"]);
+        assert_eq!(argvs("$'\\147it' $'a\\tb'"), ["git a\tb"]);
+        assert_eq!(argvs("echo $'it\\'s'"), ["echo it's"]);
+        for bad in ["{sudo,ls}", "git {push,x}", "echo {1..3}"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            argvs("find . -exec rm {} +"),
+            ["find . -exec rm {} +", "rm {}"]
+        );
     }
 
     #[test]

@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::config::Decision;
 use crate::exec::{ExecRequest, Executor, Termination};
-use crate::policy::Approval;
-use crate::tools::{Tool, ToolContext, ToolError, ToolEvent, ToolFuture, ToolOutput, fit};
+use crate::tools::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput, fit};
 
 /// Longest a `run` command may take when the model asks for more.
 const MAX_RUN_SECONDS: u64 = 30 * 60;
@@ -54,27 +52,8 @@ impl Tool for RunCommand {
                     "`command` (a string) is required".into(),
                 ));
             };
-            let verdict = ctx.policy.judge_command(command, &ctx.approvals());
-            ctx.record(ToolEvent::Policy(crate::policy::PolicyEvent::Command(
-                verdict.clone(),
-            )));
-            match verdict.decision {
-                Decision::Forbid => {
-                    return Err(ToolError::ToModel(format!(
-                        "refused by policy: {}",
-                        verdict.message()
-                    )));
-                }
-                Decision::Ask => {
-                    return Err(ToolError::AwaitingApproval(Box::new(Approval::pending(
-                        "run",
-                        command,
-                        verdict.risk,
-                        verdict.deciding_rules(),
-                    ))));
-                }
-                Decision::Allow => {}
-            }
+            // The one policy gate every command-running tool shares.
+            crate::tools::authorize_command(ctx, "run", command)?;
             let timeout = args
                 .get("timeout_s")
                 .and_then(|t| t.as_u64())

@@ -706,6 +706,24 @@ fn policy_cli_explains_origins() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["decision"], "forbid");
     assert_eq!(v["deciding"], json!([1]));
+    // Issue #20's wrapper bypasses, through the real binary: the wrapped command decides
+    // (5 refused by policy, 4 awaiting approval).
+    for (line, code) in [
+        ("env -S 'git -C . push origin main'", 5),
+        ("time -p git --git-dir=.git push", 5),
+        ("cd / && rm -rf etc", 5),
+        ("find / -delete", 5),
+        ("python3 -m pip install requests", 4),
+        ("sh file.sh", 4),
+    ] {
+        let out = Command::new(bin)
+            .args(["policy", "--check", line, "--repo"])
+            .arg(dir)
+            .env("XDG_CONFIG_HOME", dir.join("no-such-config"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{line}");
+    }
 }
 
 /// Regression: a FIFO planted in the worktree must not hang read_file or edit_file.
