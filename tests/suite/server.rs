@@ -915,3 +915,161 @@ async fn status_page_in_headless_chromium_signs_in_and_shows_a_finished_run() {
     );
     assert_eq!(report, "report of ok");
 }
+
+/// Guards issue 20's "/metrics behind the token": without it `/metrics` is refused (it names
+/// repositories and events), with it served; a public opt-out serves it to anyone; with no
+/// token configured and no opt-out it is off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_status_token_unless_made_public() {
+    let client = client();
+    let bot = start(ok_runner(), 1).await;
+    let get = |url: String| client.get(url);
+    let url = format!("{}/metrics", bot.url);
+    assert_eq!(get(url.clone()).send().await.unwrap().status(), 401);
+    let wrong = get(url.clone()).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let in_url = get(format!("{url}?token={STATUS_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(in_url.status(), 401);
+    let right = get(url).bearer_auth(STATUS_TOKEN).send().await.unwrap();
+    assert_eq!(right.status(), 200);
+    assert!(
+        right
+            .text()
+            .await
+            .unwrap()
+            .contains("git_agent_queue_depth")
+    );
+
+    let public = start_with(ok_runner(), 1, |st| st.public_metrics = true).await;
+    let open = get(format!("{}/metrics", public.url)).send().await.unwrap();
+    assert_eq!(open.status(), 200);
+    // Public metrics do not open the status page.
+    let page = get(format!("{}/", public.url)).send().await.unwrap();
+    assert_eq!(page.status(), 401);
+
+    let off = start_with(ok_runner(), 1, |st| st.status_token = None).await;
+    let resp = get(format!("{}/metrics", off.url)).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+/// Guards issue 20's "the status token only in a header or a login cookie": a token in the
+/// URL is refused even when right; the login form sets an HttpOnly, SameSite=Strict cookie
+/// that holds no token; the page and its links carry no token; a forged or cleared cookie
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_token_is_taken_from_a_header_or_a_login_cookie_never_the_url() {
+    let bot = start(ok_runner(), 1).await;
+    // No redirects followed: the login's answer is what is checked.
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let job =
+        job_of(deliver(&client, &bot.url, "issues", "tok-1", issue_payload(5, "t")).await).await;
+    wait_state(&bot.store, &job, JobState::Succeeded).await;
+
+    for path in ["/".to_string(), format!("/jobs/{job}/report")] {
+        let resp = client
+            .get(format!("{}{path}?token={STATUS_TOKEN}", bot.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{path}");
+        assert!(
+            resp.text()
+                .await
+                .unwrap()
+                .contains("not accepted in the URL")
+        );
+    }
+    // Without a session the page is the login form.
+    let page = client.get(format!("{}/", bot.url)).send().await.unwrap();
+    assert_eq!(page.status(), 401);
+    assert!(page.text().await.unwrap().contains("action=\"/login\""));
+
+    let login = |token: &str| {
+        client
+            .post(format!("{}/login", bot.url))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+    };
+    assert_eq!(login("wrong").await.unwrap().status(), 401);
+    let resp = login(STATUS_TOKEN).await.unwrap();
+    assert_eq!(resp.status(), 303);
+    assert_eq!(resp.headers()["location"], "/");
+    let set = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(
+        !set.contains(STATUS_TOKEN),
+        "the cookie holds the token: {set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+
+    let page = client
+        .get(format!("{}/", bot.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["cache-control"], "no-store");
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(&format!("href=\"/jobs/{job}/report\"")),
+        "{html}"
+    );
+    assert!(
+        !html.contains(STATUS_TOKEN) && !html.contains("token="),
+        "{html}"
+    );
+    let report = client
+        .get(format!("{}/jobs/{job}/report", bot.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(report.status(), 200);
+    let metrics = client
+        .get(format!("{}/metrics", bot.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+
+    // A cookie with its end moved, or another token's, is refused.
+    let (name, value) = cookie.split_once('=').unwrap();
+    let (expires, mac) = value.split_once('.').unwrap();
+    let later: i64 = expires.parse::<i64>().unwrap() + 3600;
+    for forged in [
+        format!("{name}={later}.{mac}"),
+        format!("{name}={STATUS_TOKEN}"),
+    ] {
+        let resp = client
+            .get(format!("{}/", bot.url))
+            .header("cookie", &forged)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{forged}");
+    }
+    let out = client
+        .post(format!("{}/logout", bot.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+    assert!(
+        out.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+}
