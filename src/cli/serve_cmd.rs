@@ -84,7 +84,7 @@ pub struct Args {
     #[arg(long, env = "GIT_AGENT_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
     /// MiB that request bodies being read may hold between them (each body's first 64 KiB
-    /// aside); a body that would pass it is answered 503.
+    /// aside); a body that would pass it is answered 503. A 25 MB delivery needs 32.
     #[arg(long, env = "GIT_AGENT_BODY_MEMORY_MIB", default_value_t = 100)]
     pub body_memory_mib: usize,
     /// GitHub API base (`https://HOST/api/v3` for Enterprise Server).
