@@ -23,7 +23,7 @@ pub enum Credentials {
     App {
         /// `--app-id`.
         app_id: u64,
-        /// `--app-key`, PEM.
+        /// `GIT_AGENT_APP_KEY` or `--app-key-file`, PEM.
         key: Arc<SecretString>,
     },
     /// One token for every repository (a personal or fine-grained token; tests).

@@ -7,12 +7,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::listen::{Refusal, Timeout};
+use super::status;
 use crate::store::JobState;
 
 /// Upper bounds of the run-duration buckets, seconds.
@@ -35,6 +38,21 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    /// HTTP connections open now.
+    connections: AtomicU64,
+    /// Connections refused at the cap, bodies refused over the budget.
+    refused: [AtomicU64; 2],
+    /// Requests or connections ended by the header, body and idle timeouts.
+    timeouts: [AtomicU64; 3],
+}
+
+/// Counts an open connection until dropped.
+pub(super) struct OpenConnection<'a>(&'a AtomicU64);
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -62,6 +80,63 @@ impl Metrics {
             };
             *by_outcome.entry(outcome).or_default() += 1;
         });
+    }
+
+    /// Count an open connection while the guard lives.
+    pub(super) fn http_connection(&self) -> OpenConnection<'_> {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(&self.connections)
+    }
+
+    /// Count a refused connection or body.
+    pub(super) fn http_refused(&self, why: Refusal) {
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count a timeout.
+    pub(super) fn http_timeout(&self, which: Timeout) {
+        self.timeouts[which as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The HTTP series: open connections, bytes held by bodies being read, refusals and
+    /// timeouts.
+    fn render_http(&self, out: &mut String, body_bytes: usize) {
+        out.push_str("# HELP git_agent_http_connections HTTP connections open.\n");
+        out.push_str("# TYPE git_agent_http_connections gauge\n");
+        let _ = writeln!(
+            out,
+            "git_agent_http_connections {}",
+            self.connections.load(Ordering::Relaxed)
+        );
+        out.push_str(
+            "# HELP git_agent_http_body_bytes Bytes held by request bodies being read, past \
+             each body's free allowance.\n",
+        );
+        out.push_str("# TYPE git_agent_http_body_bytes gauge\n");
+        let _ = writeln!(out, "git_agent_http_body_bytes {body_bytes}");
+        out.push_str(
+            "# HELP git_agent_http_refused_total Connections refused at the cap and bodies \
+             refused over the memory budget.\n",
+        );
+        out.push_str("# TYPE git_agent_http_refused_total counter\n");
+        for (i, reason) in ["connections", "body_memory"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "git_agent_http_refused_total{{reason=\"{reason}\"}} {}",
+                self.refused[i].load(Ordering::Relaxed)
+            );
+        }
+        out.push_str(
+            "# HELP git_agent_http_timeouts_total Requests and connections cut off by a timeout.\n",
+        );
+        out.push_str("# TYPE git_agent_http_timeouts_total counter\n");
+        for (i, kind) in ["header", "body", "idle"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "git_agent_http_timeouts_total{{kind=\"{kind}\"}} {}",
+                self.timeouts[i].load(Ordering::Relaxed)
+            );
+        }
     }
 
     /// Count a finished job: the run's state (or `ignored`, `error`), how long, what it cost.
@@ -161,13 +236,19 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-pub(super) async fn render_route(State(st): State<AppState>) -> Response {
+/// `GET /metrics`: behind the status token unless the operator made it public.
+pub(super) async fn render_route(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if !st.public_metrics
+        && let Err(denied) = status::authorized(&st, &headers)
+    {
+        return denied.into_response();
+    }
     match st.store.counts().await {
-        Ok(counts) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            st.metrics.render(&counts),
-        )
-            .into_response(),
+        Ok(counts) => {
+            let mut text = st.metrics.render(&counts);
+            st.metrics.render_http(&mut text, st.body_budget.held());
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
         Err(e) => {
             tracing::error!(error = %e, "metrics: cannot count jobs");
             (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response()

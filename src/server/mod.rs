@@ -10,6 +10,8 @@
 
 mod error;
 pub mod github;
+mod limits;
+mod listen;
 mod metrics;
 pub mod runner;
 pub mod signature;
@@ -20,10 +22,9 @@ pub mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
-use axum::{Router, ServiceExt as _};
-use futures_util::FutureExt as _;
 use futures_util::future::Either;
 use secrecy::SecretString;
 use tokio::net::TcpListener;
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 pub use error::{Error, Result};
+pub use limits::{BodyBudget, FREE_BODY_BYTES, Limits, MAX_READ_BUFFER};
 pub use metrics::Metrics;
 pub use runner::{JobInput, JobOutcome, JobRunner, RunSummary};
 pub use webhook::{HANDLED_EVENTS, MAX_BODY, lane_of};
@@ -44,10 +46,16 @@ use crate::store::Store;
 pub struct AppState {
     /// The queue.
     pub store: Arc<dyn Store>,
-    /// The webhook secret (`--webhook-secret`).
+    /// The webhook secret (`GIT_AGENT_WEBHOOK_SECRET` or `--webhook-secret-file`).
     pub secret: Arc<SecretString>,
-    /// The status page token; `None` turns the page off.
+    /// The status page token; `None` turns the page off (and `/metrics`, unless public).
     pub status_token: Option<Arc<SecretString>>,
+    /// `/metrics` without the token (`--public-metrics`): the operator's explicit choice.
+    pub public_metrics: bool,
+    /// Timeouts and caps on clients; `serve` enforces them.
+    pub limits: Limits,
+    /// The bytes bodies being read hold; `serve` makes it `limits.body_memory` large.
+    pub body_budget: Arc<BodyBudget>,
     /// Counters for `/metrics`.
     pub metrics: Arc<Metrics>,
     /// Woken when a job is queued, so an idle worker claims it at once.
@@ -65,6 +73,9 @@ impl AppState {
             store,
             secret: Arc::new(secret),
             status_token: None,
+            public_metrics: false,
+            limits: Limits::default(),
+            body_budget: Arc::new(BodyBudget::new(Limits::default().body_memory)),
             metrics: Arc::new(Metrics::default()),
             wake: Arc::new(Notify::new()),
             max_body: MAX_BODY,
@@ -73,8 +84,9 @@ impl AppState {
     }
 }
 
-/// The routes: `POST /webhook`, `GET /healthz`, `GET /metrics`, `GET /` and
-/// `GET /jobs/{id}/report` (the last two behind the status token).
+/// The routes: `POST /webhook`, `GET /healthz`, `GET /metrics` (behind the status token
+/// unless public), `GET /` and `GET /jobs/{id}/report` (behind the status token), and
+/// `GET`/`POST /login`, `POST /logout` (the status page's cookie).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/webhook", post(webhook::receive))
@@ -82,33 +94,43 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::render_route))
         .route("/", get(status::page))
         .route("/jobs/{id}/report", get(status::report))
+        .route("/login", get(status::login_form).post(status::login))
+        .route("/logout", post(status::logout))
         .with_state(state)
 }
 
 /// Serve `state` on `listener` until `shutdown` fires; in-flight requests finish first. The
 /// caller says where it listens (`git agent serve` prints or logs its address and store).
+/// `state.limits` bound what clients can hold: see [`Limits`].
 pub async fn serve(
     listener: TcpListener,
-    state: AppState,
+    mut state: AppState,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    state.body_budget = Arc::new(BodyBudget::new(state.limits.body_memory));
+    let (limits, metrics) = (state.limits.clone(), state.metrics.clone());
     // `POST /webhook` goes straight to its handler, every other request through the router
     // (which routes `/webhook` the same way): the router's matching, path parameters and
     // boxed handler service cost allocations on every delivery.
     let routes = router(state.clone());
-    let app = tower::service_fn(move |request: axum::extract::Request| {
+    let handler = move |request: axum::extract::Request| {
         let webhook =
             request.method() == axum::http::Method::POST && request.uri().path() == "/webhook";
         if webhook {
-            Either::Left(webhook::receive(State(state.clone()), request).map(Ok))
+            Either::Left(webhook::receive(State(state.clone()), request))
         } else {
-            Either::Right(routes.clone().oneshot(request))
+            Either::Right(routed(routes.clone(), request))
         }
-    });
-    axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(|source| Error::Serve { source })
+    };
+    listen::accept_loop(listener, handler, limits, metrics, shutdown).await;
+    Ok(())
+}
+
+async fn routed(routes: Router, request: axum::extract::Request) -> axum::response::Response {
+    match routes.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
 }
 
 /// How long a worker keeps a job before another may take it, by default.

@@ -2,19 +2,29 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
 use std::borrow::Cow;
+use std::time::Duration;
+use tokio::time::Instant;
 
 use serde_json::{Value, json};
 
 use super::AppState;
+use super::limits::Charge;
+use super::listen::{Refusal, Timeout};
 use super::signature;
 use crate::run::failpoint;
 use crate::store::{Enqueued, NewDelivery};
 use crate::trigger::command::{self, Command};
 use crate::trigger::fields;
+
+/// Longest a refused body is read (and discarded) so its client can read the answer.
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// Longest a body refused for the budget is read (and discarded).
+const BUSY_DRAIN_TIME: Duration = Duration::from_secs(1);
 
 /// Largest delivery accepted: GitHub caps payloads at 25 MB and drops larger ones.
 pub const MAX_BODY: usize = 25 * 1024 * 1024;
@@ -40,49 +50,65 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Read at most `max` bytes of `body`; once it holds more, `Err` with the unread rest (what
-/// was read is dropped). Stops reading there, so an oversized body is never held whole. A
-/// body that came in one piece (the usual case on a kept-alive connection) is that piece, not
-/// a copy of it.
-async fn read_capped(
-    body: Body,
-    max: usize,
-    expected: Option<u64>,
-) -> Result<Result<Bytes, Body>, axum::Error> {
+/// Why a body was not read whole.
+enum Unread {
+    /// It is longer than the cap; the unread rest, to be discarded.
+    TooLarge(Body),
+    /// Holding more of it would pass the body budget; the unread rest, to be discarded.
+    OverBudget(Body),
+    /// The client broke off.
+    Broken(axum::Error),
+}
+
+/// Read at most `max` bytes of `body`, charging what is held to `charge`; once it holds more,
+/// `TooLarge` with the unread rest (what was read is dropped). Stops reading there, so an
+/// oversized body is never held whole. A body that came in one piece (the usual case on a
+/// kept-alive connection) is that piece, not a copy of it. The buffer grows with what
+/// arrives, never ahead of it on the client's word (a declared length is only a claim).
+async fn read_capped(body: Body, max: usize, charge: &mut Charge) -> Result<Bytes, Unread> {
     let mut stream = body.into_data_stream();
     let mut single: Option<Bytes> = None;
     let mut joined: Vec<u8> = Vec::new();
     let mut total = 0usize;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
+        let chunk = chunk.map_err(Unread::Broken)?;
         total += chunk.len();
         if total > max {
             // Past the cap: what was read is dropped; the rest goes back to be discarded.
-            return Ok(Err(Body::from_stream(stream)));
+            return Err(Unread::TooLarge(Body::from_stream(stream)));
         }
         if single.is_none() && joined.is_empty() {
+            if charge.cover(total).is_err() {
+                return Err(Unread::OverBudget(Body::from_stream(stream)));
+            }
             single = Some(chunk);
             continue;
         }
+        let held = single.as_ref().map_or(0, Bytes::len);
+        if total > joined.capacity() {
+            // Doubling, charged before it is allocated: the first piece and the buffer it is
+            // copied into are both held while the copy is made.
+            let room = total.max(2 * joined.capacity()).min(max);
+            if charge.cover(room + held).is_err() {
+                return Err(Unread::OverBudget(Body::from_stream(stream)));
+            }
+            joined.reserve_exact(room - joined.len());
+        }
         if let Some(first) = single.take() {
-            // Room for the declared length (never more than the cap), so the body is not
-            // copied again as it grows.
-            let room = expected.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
-            joined.reserve(room.max(total));
             joined.extend_from_slice(&first);
         }
         joined.extend_from_slice(&chunk);
     }
-    Ok(Ok(single.unwrap_or_else(|| Bytes::from(joined))))
+    Ok(single.unwrap_or_else(|| Bytes::from(joined)))
 }
 
-/// Read and discard what is left of a refused body, up to `limit` bytes or 10 s, so the
-/// client (still writing) reads the 413 instead of a broken pipe. Nothing is kept; a client
-/// that sends more than that is cut off.
-async fn drain(body: Body, limit: u64) {
+/// Read and discard what is left of a refused body, up to `limit` bytes or until `deadline`,
+/// so the client (still writing) reads the answer instead of a broken pipe. Nothing is kept;
+/// a client that sends more than that is cut off.
+async fn drain(body: Body, limit: u64, deadline: Instant) {
     let mut stream = body.into_data_stream();
     let mut seen = 0u64;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+    let _ = tokio::time::timeout_at(deadline, async {
         while let Some(Ok(chunk)) = stream.next().await {
             seen += chunk.len() as u64;
             if seen > limit {
@@ -93,8 +119,19 @@ async fn drain(body: Body, limit: u64) {
     .await;
 }
 
+/// An answer after which the connection is closed: the client's body was not read to its end.
+fn reply_and_close(status: StatusCode, body: Value) -> Response {
+    let mut response = reply(status, body);
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// The handler.
 pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Response {
+    // The body's deadline runs from its head: a client sending it slowly is cut off there.
+    let deadline = Instant::now() + st.limits.body_timeout;
     // The request taken whole: the `HeaderMap` extractor would copy the headers.
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
@@ -102,29 +139,60 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
     let declared =
         header_str(headers, header::CONTENT_LENGTH.as_str()).and_then(|v| v.parse::<u64>().ok());
     let drain_limit = 2 * st.max_body as u64;
+    let too_large = || {
+        reply_and_close(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": "payload too large"}),
+        )
+    };
     if declared.is_some_and(|n| n > st.max_body as u64) {
         st.metrics.delivery(UNVERIFIED, "too_large");
         // Refused on the declared length: nothing is read into memory, only discarded.
-        drain(body, drain_limit).await;
-        return reply(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            json!({"error": "payload too large"}),
-        );
+        drain(body, drain_limit, deadline.min(Instant::now() + DRAIN_TIME)).await;
+        return too_large();
     }
-    let bytes = match read_capped(body, st.max_body, declared).await {
+    // Held until the body is dropped: every byte of it counts against the budget.
+    let mut charge = st.body_budget.charge();
+    let read = tokio::time::timeout_at(deadline, read_capped(body, st.max_body, &mut charge));
+    let bytes = match read.await {
         Ok(Ok(b)) => b,
-        Ok(Err(rest)) => {
+        Ok(Err(Unread::TooLarge(rest))) => {
             st.metrics.delivery(UNVERIFIED, "too_large");
-            drain(rest, drain_limit).await;
-            return reply(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                json!({"error": "payload too large"}),
-            );
+            drop(charge);
+            drain(rest, drain_limit, deadline.min(Instant::now() + DRAIN_TIME)).await;
+            return too_large();
         }
-        Err(e) => {
+        Ok(Err(Unread::OverBudget(rest))) => {
+            st.metrics.delivery(UNVERIFIED, "busy");
+            st.metrics.http_refused(Refusal::BodyMemory);
+            drop(charge);
+            // Briefly, so a client still sending reads the 503 rather than a reset.
+            drain(
+                rest,
+                drain_limit,
+                deadline.min(Instant::now() + BUSY_DRAIN_TIME),
+            )
+            .await;
+            let mut busy = reply_and_close(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "too many large deliveries in flight; redeliver it"}),
+            );
+            busy.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return busy;
+        }
+        Ok(Err(Unread::Broken(e))) => {
             tracing::debug!(error = %e, "cannot read a webhook body");
             st.metrics.delivery(UNVERIFIED, "bad_body");
             return reply(StatusCode::BAD_REQUEST, json!({"error": "unreadable body"}));
+        }
+        Err(_) => {
+            st.metrics.delivery(UNVERIFIED, "body_timeout");
+            st.metrics.http_timeout(Timeout::Body);
+            return reply_and_close(
+                StatusCode::REQUEST_TIMEOUT,
+                json!({"error": "the body did not arrive in time"}),
+            );
         }
     };
     let sig = headers.get("x-hub-signature-256").map(|v| v.as_bytes());
@@ -165,6 +233,7 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
         Err(e) => return refuse("payload is not JSON", &e),
     };
     drop(bytes);
+    drop(charge);
     let meta = match serde_json::from_slice::<Payload<'_>>(&payload) {
         Ok(p) => describe(event, &p, &st.command_prefix),
         Err(e) => return refuse("payload does not have the shape of a GitHub event", &e),

@@ -12,6 +12,7 @@ mod run;
 mod serve_crash;
 mod serve_e2e;
 mod server;
+mod server_limits;
 mod store;
 mod tools;
 mod verify;

@@ -118,6 +118,18 @@ pub fn worker_opts(workers: usize) -> WorkerOptions {
 }
 
 pub async fn start(runner: Arc<dyn JobRunner>, workers: usize) -> Bot {
+    start_with(runner, workers, |_| {}).await
+}
+
+/// The status token of the bots `start` starts.
+pub const STATUS_TOKEN: &str = "let-me-see";
+
+/// [`start`], with the state changed by `configure` first (limits, tokens).
+pub async fn start_with(
+    runner: Arc<dyn JobRunner>,
+    workers: usize,
+    configure: impl FnOnce(&mut AppState),
+) -> Bot {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(
         SqliteStore::open(&dir.path().join("serve.db"))
@@ -125,7 +137,8 @@ pub async fn start(runner: Arc<dyn JobRunner>, workers: usize) -> Bot {
             .unwrap(),
     );
     let mut state = AppState::new(store.clone(), SecretString::from(SECRET));
-    state.status_token = Some(Arc::new(SecretString::from("let-me-see")));
+    state.status_token = Some(Arc::new(SecretString::from(STATUS_TOKEN)));
+    configure(&mut state);
     let shutdown = CancellationToken::new();
     let workers = server::spawn_workers(
         store.clone(),
@@ -646,6 +659,7 @@ async fn healthz_metrics_and_status_page() {
 
     let metrics = client
         .get(format!("{}/metrics", bot.url))
+        .bearer_auth("let-me-see")
         .send()
         .await
         .unwrap()
@@ -692,7 +706,8 @@ async fn healthz_metrics_and_status_page() {
     assert!(html.contains("issues.labeled"));
     assert!(html.contains("$1.25"));
     let report = client
-        .get(format!("{}/jobs/{job}/report?token=let-me-see", bot.url))
+        .get(format!("{}/jobs/{job}/report", bot.url))
+        .bearer_auth("let-me-see")
         .send()
         .await
         .unwrap()
@@ -703,10 +718,123 @@ async fn healthz_metrics_and_status_page() {
     assert!(!report.contains("<script>"));
 }
 
+/// Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: fd 3
+/// reads commands, fd 4 writes answers, each message a JSON text ended by a NUL byte).
+struct Browser {
+    child: std::process::Child,
+    commands: std::process::ChildStdin,
+    answers: std::sync::mpsc::Receiver<Value>,
+    next: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn launch(chromium: &str) -> Browser {
+        use std::io::BufRead as _;
+        let profile = tempfile::tempdir().unwrap();
+        // The shell puts our pipes on fds 3 and 4, where Chromium looks for them.
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" "$@" 3<&0 4>&1 0</dev/null 1>/dev/null"#)
+            .arg(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--remote-debugging-pipe",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let commands = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = std::io::BufReader::new(out);
+            let mut message = Vec::new();
+            while out.read_until(0, &mut message).unwrap_or(0) > 0 {
+                message.pop();
+                if let Ok(v) = serde_json::from_slice::<Value>(&message)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+                message.clear();
+            }
+        });
+        Browser {
+            child,
+            commands,
+            answers,
+            next: 0,
+            _profile: profile,
+        }
+    }
+
+    /// Send `method` (to `session` when given) and wait for its answer's `result`.
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        use std::io::Write as _;
+        self.next += 1;
+        let mut message = json!({"id": self.next, "method": method, "params": params});
+        if let Some(s) = session {
+            message["sessionId"] = json!(s);
+        }
+        let mut bytes = serde_json::to_vec(&message).unwrap();
+        bytes.push(0);
+        self.commands.write_all(&bytes).unwrap();
+        loop {
+            let answer = self
+                .answers
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("no answer to {method}"));
+            if answer["id"] == json!(self.next) {
+                assert!(answer["error"].is_null(), "{method}: {answer}");
+                return answer["result"].clone();
+            }
+        }
+    }
+
+    /// The value of `expression` in the page of `session`.
+    fn eval(&mut self, session: &str, expression: &str) -> Value {
+        let r = self.call(
+            Some(session),
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// Wait until `expression` is a string in the page, and return it.
+    fn wait_for(&mut self, session: &str, expression: &str) -> String {
+        for _ in 0..200 {
+            if let Value::String(s) = self.eval(session, expression) {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the page never had {expression}");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The status page in Debian's Chromium (`GIT_AGENT_TEST_CHROMIUM`, set by
-/// `.ci/setup/chromium.sh`): a finished run with its state and pull-request link.
+/// `.ci/setup/chromium.sh`), as a person uses it: the page asks for the token, the login
+/// form sets an HttpOnly cookie, the page shows a finished run with its state and links, and
+/// the report link works with the cookie alone. Guards issue 20's "the status token never in
+/// a URL": no address the browser visits, and no link, carries it; scripts cannot read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_page_in_headless_chromium_shows_a_finished_run_with_its_link() {
+async fn status_page_in_headless_chromium_signs_in_and_shows_a_finished_run() {
     let chromium = std::env::var("GIT_AGENT_TEST_CHROMIUM")
         .expect("GIT_AGENT_TEST_CHROMIUM is not set: run .ci/run, or source .ci/setup/chromium.sh");
     let bot = start(ok_runner(), 1).await;
@@ -723,27 +851,46 @@ async fn status_page_in_headless_chromium_shows_a_finished_run_with_its_link() {
     )
     .await;
     wait_state(&bot.store, &job, JobState::Succeeded).await;
-    let page = format!("{}/?token=let-me-see", bot.url);
-    let profile = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(&chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("--dump-dom")
-        .arg(&page)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let url = bot.url.clone();
+    let job2 = job.clone();
+    let (dom, seen, report) = tokio::task::spawn_blocking(move || {
+        let mut b = Browser::launch(&chromium);
+        let target = b.call(None, "Target.createTarget", json!({"url": format!("{url}/")}));
+        let attached = b.call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target["targetId"], "flatten": true}),
+        );
+        let session = attached["sessionId"].as_str().unwrap().to_string();
+        // Without a session the page is the login form.
+        b.wait_for(
+            &session,
+            "document.getElementById('login') ? 'form' : null",
+        );
+        b.eval(
+            &session,
+            &format!(
+                "document.querySelector('input[name=token]').value = '{STATUS_TOKEN}'; \
+                 document.getElementById('login').submit(); true"
+            ),
+        );
+        let dom = b.wait_for(
+            &session,
+            "document.getElementById('runs') ? document.documentElement.outerHTML : null",
+        );
+        let seen = b.eval(
+            &session,
+            "JSON.stringify({href: location.href, cookie: document.cookie})",
+        );
+        b.eval(&session, &format!("document.querySelector('tr[data-job=\"{job2}\"] a.report').click(); true"));
+        let report = b.wait_for(
+            &session,
+            "document.getElementById('report') ? document.getElementById('report').textContent : null",
+        );
+        (dom, seen, report)
+    })
+    .await
+    .unwrap();
     let row_start = dom
         .find(&format!("data-job=\"{job}\""))
         .expect("the job's row");
@@ -754,8 +901,175 @@ async fn status_page_in_headless_chromium_shows_a_finished_run_with_its_link() {
         "{row}"
     );
     assert!(
-        row.contains(&format!("href=\"/jobs/{job}/report?token=let-me-see\"")),
+        row.contains(&format!("href=\"/jobs/{job}/report\"")),
         "{row}"
     );
     assert!(row.contains("octo/repo"));
+    assert!(!dom.contains(STATUS_TOKEN), "the page carries the token");
+    let seen: Value = serde_json::from_str(seen.as_str().unwrap()).unwrap();
+    assert_eq!(seen["href"], json!(format!("{}/", bot.url)), "{seen}");
+    assert_eq!(
+        seen["cookie"],
+        json!(""),
+        "a script can read the session: {seen}"
+    );
+    assert_eq!(report, "report of ok");
+}
+
+/// Guards issue 20's "/metrics behind the token": without it `/metrics` is refused (it names
+/// repositories and events), with it served; a public opt-out serves it to anyone; with no
+/// token configured and no opt-out it is off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_status_token_unless_made_public() {
+    let client = client();
+    let bot = start(ok_runner(), 1).await;
+    let get = |url: String| client.get(url);
+    let url = format!("{}/metrics", bot.url);
+    assert_eq!(get(url.clone()).send().await.unwrap().status(), 401);
+    let wrong = get(url.clone()).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let in_url = get(format!("{url}?token={STATUS_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(in_url.status(), 401);
+    let right = get(url).bearer_auth(STATUS_TOKEN).send().await.unwrap();
+    assert_eq!(right.status(), 200);
+    assert!(
+        right
+            .text()
+            .await
+            .unwrap()
+            .contains("git_agent_queue_depth")
+    );
+
+    let public = start_with(ok_runner(), 1, |st| st.public_metrics = true).await;
+    let open = get(format!("{}/metrics", public.url)).send().await.unwrap();
+    assert_eq!(open.status(), 200);
+    // Public metrics do not open the status page.
+    let page = get(format!("{}/", public.url)).send().await.unwrap();
+    assert_eq!(page.status(), 401);
+
+    let off = start_with(ok_runner(), 1, |st| st.status_token = None).await;
+    let resp = get(format!("{}/metrics", off.url)).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+/// Guards issue 20's "the status token only in a header or a login cookie": a token in the
+/// URL is refused even when right; the login form sets an HttpOnly, SameSite=Strict cookie
+/// that holds no token; the page and its links carry no token; a forged or cleared cookie
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_token_is_taken_from_a_header_or_a_login_cookie_never_the_url() {
+    let bot = start(ok_runner(), 1).await;
+    // No redirects followed: the login's answer is what is checked.
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let job =
+        job_of(deliver(&client, &bot.url, "issues", "tok-1", issue_payload(5, "t")).await).await;
+    wait_state(&bot.store, &job, JobState::Succeeded).await;
+
+    for path in ["/".to_string(), format!("/jobs/{job}/report")] {
+        let resp = client
+            .get(format!("{}{path}?token={STATUS_TOKEN}", bot.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{path}");
+        assert!(
+            resp.text()
+                .await
+                .unwrap()
+                .contains("not accepted in the URL")
+        );
+    }
+    // Without a session the page is the login form.
+    let page = client.get(format!("{}/", bot.url)).send().await.unwrap();
+    assert_eq!(page.status(), 401);
+    assert!(page.text().await.unwrap().contains("action=\"/login\""));
+
+    let login = |token: &str| {
+        client
+            .post(format!("{}/login", bot.url))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+    };
+    assert_eq!(login("wrong").await.unwrap().status(), 401);
+    let resp = login(STATUS_TOKEN).await.unwrap();
+    assert_eq!(resp.status(), 303);
+    assert_eq!(resp.headers()["location"], "/");
+    let set = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(
+        !set.contains(STATUS_TOKEN),
+        "the cookie holds the token: {set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+
+    let page = client
+        .get(format!("{}/", bot.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["cache-control"], "no-store");
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(&format!("href=\"/jobs/{job}/report\"")),
+        "{html}"
+    );
+    assert!(
+        !html.contains(STATUS_TOKEN) && !html.contains("token="),
+        "{html}"
+    );
+    let report = client
+        .get(format!("{}/jobs/{job}/report", bot.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(report.status(), 200);
+    let metrics = client
+        .get(format!("{}/metrics", bot.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+
+    // A cookie with its end moved, or another token's, is refused.
+    let (name, value) = cookie.split_once('=').unwrap();
+    let (expires, mac) = value.split_once('.').unwrap();
+    let later: i64 = expires.parse::<i64>().unwrap() + 3600;
+    for forged in [
+        format!("{name}={later}.{mac}"),
+        format!("{name}={STATUS_TOKEN}"),
+    ] {
+        let resp = client
+            .get(format!("{}/", bot.url))
+            .header("cookie", &forged)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{forged}");
+    }
+    let out = client
+        .post(format!("{}/logout", bot.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+    assert!(
+        out.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
 }
