@@ -15,4 +15,5 @@ mod server;
 mod store;
 mod tools;
 mod verify;
+mod view;
 mod workspace;
