@@ -27,6 +27,9 @@ enum Path_ {
     RootDirect,
     /// As `nobody`: no cgroup, no spawner.
     Nobody,
+    /// In a user namespace whose `user.max_user_namespaces` is 0: no user namespace can be
+    /// made, as on a machine that refuses them.
+    NoUserns,
 }
 
 /// Run the inner test `name` in a child process on `path`; panics with its output unless it
@@ -34,7 +37,20 @@ enum Path_ {
 fn outer(name: &str, path: Path_) {
     let exe = std::env::current_exe().unwrap();
     let test = format!("suite::view::{name}");
-    let mut cmd = if path == Path_::Nobody {
+    let mut cmd = if path == Path_::NoUserns {
+        let mut c = Command::new("unshare");
+        c.args([
+            "-U",
+            "-r",
+            "--",
+            "sh",
+            "-c",
+            "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
+            "sh",
+        ]);
+        c.arg(&exe);
+        c
+    } else if path == Path_::Nobody {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]);
         c.arg(&exe);
@@ -77,6 +93,7 @@ fn inner_path() -> Option<Path_> {
         "Root" => Some(Path_::Root),
         "RootDirect" => Some(Path_::RootDirect),
         "Nobody" => Some(Path_::Nobody),
+        "NoUserns" => Some(Path_::NoUserns),
         _ => None,
     }
 }
@@ -665,4 +682,39 @@ async fn toolchains_on_path_work_in_the_view() {
     assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
     let mut f = std::fs::File::create(m.worktree.join("x.txt")).unwrap();
     f.write_all(b"x").unwrap();
+}
+
+// --- fail closed ---------------------------------------------------------------------------
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_without_user_namespaces_nothing_runs() {
+    let Some(_) = inner_path() else { return };
+    let m = machine();
+    with_home(&m, || async {
+        for mode in [SandboxMode::Landlock, SandboxMode::Auto] {
+            let mut o = opts(Path_::NoUserns);
+            o.sandbox = mode;
+            let err = LocalExecutor::new(&m.worktree, o).expect_err("a sandbox without a view");
+            let msg = err.to_string();
+            assert!(
+                msg.contains("create a user namespace") && msg.contains("max_user_namespaces=0"),
+                "{mode:?}: the cause is not named: {msg}"
+            );
+            assert!(
+                msg.contains("sandbox.mode = \"off\""),
+                "{mode:?}: no way out named: {msg}"
+            );
+        }
+    });
+}
+
+// Guards issue 17's last point: where the view cannot be had (no user namespaces), nothing
+// runs, and the error names the cause and the fix.
+#[test]
+fn without_user_namespaces_nothing_runs_and_the_error_names_the_fix() {
+    outer(
+        "inner_without_user_namespaces_nothing_runs",
+        Path_::NoUserns,
+    );
 }
