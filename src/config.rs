@@ -364,6 +364,20 @@ pub enum SandboxMode {
 pub struct SandboxConfig {
     /// The sandbox mechanism.
     pub mode: SandboxMode,
+    /// Extra directories bound read-only into every command's view (a toolchain that is not
+    /// on the agent's `PATH`, a shared cache). Never the home directory or a parent of it.
+    pub bind: Vec<PathBuf>,
+    /// Paths covered with an empty read-only file or directory in the view (a key file
+    /// under a bound directory).
+    pub hide: Vec<PathBuf>,
+    /// Memory of one command, in MiB (default 8192).
+    pub memory_mb: Option<u64>,
+    /// Size of a command's fresh `/tmp`, in MiB (default 4096).
+    pub tmp_mb: Option<u64>,
+    /// Size of a command's fresh `$HOME`, in MiB (default 1024).
+    pub home_mb: Option<u64>,
+    /// How much the worktree may grow during one command, in MiB (default 16384).
+    pub worktree_growth_mb: Option<u64>,
 }
 
 /// Identity and naming for the commits and branches the agent makes.

@@ -15,9 +15,11 @@ use tokio::io::AsyncReadExt;
 use super::capture::Capture;
 use super::cgroup::{self, CgroupBase};
 use super::error::{Error, Result};
+use super::helper::{self, Spec};
 use super::proxy::{BlockedHost, EgressProxy};
-use super::sandbox::{self, ChildSetup, LandlockSpawn, Mechanism, ParentSide, SandboxReport};
-use super::spawner::{Launch, SpawnError, Spawner};
+use super::sandbox::{self, ChildSetup, Mechanism, ParentSide, SandboxReport};
+use super::spawner::{self as spawner_mod, Launch, SpawnError, Spawner};
+use super::view::{self, View};
 use super::{CommandLine, ExecOptions, ExecOutput, ExecRequest, Executor, Termination};
 use crate::audit::redact::is_secret_name;
 use crate::config::{NetworkMode, SandboxMode};
@@ -28,13 +30,16 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 enum Backend {
+    /// The view, built by the sandbox helper (namespaces, mounts, Landlock, seccomp).
     Landlock {
-        seccomp: Arc<Vec<seccompiler::sock_filter>>,
-        /// Made once per executor; every command restricts itself with it.
-        ruleset: Arc<OwnedFd>,
+        /// What every command's view holds, before its `.git` binds.
+        view: View,
     },
+    /// The same view, built by bubblewrap (no Landlock or seccomp layer).
     Bwrap {
         path: PathBuf,
+        /// What every command's view holds, before its `.git` binds.
+        view: View,
     },
     None,
 }
@@ -58,9 +63,13 @@ pub struct LocalExecutor {
 
 /// A command ready to start: what to exec, its environment and its sandbox setup.
 struct Prepared {
-    /// The program as given (also `argv[0]`); bubblewrap's path under bubblewrap.
+    /// The program as given (also `argv[0]`); bubblewrap's path under bubblewrap; the
+    /// helper (`/proc/self/exe`) for the view.
     program: OsString,
     args: Vec<OsString>,
+    /// For the view: the helper's spec (its descriptor numbers are set at launch) and the
+    /// command's own `argv`.
+    helper: Option<(Spec, Vec<OsString>)>,
     env: Vec<(String, String)>,
     setup: ChildSetup,
     parent: ParentSide,
@@ -121,6 +130,7 @@ impl LocalExecutor {
             std::fs::create_dir(private.path().join(sub)).map_err(Error::TempDir)?;
         }
         let abi = sandbox::landlock_abi();
+        let limits_copy = opts.limits.clone();
         let mut this = Self {
             worktree,
             opts,
@@ -134,6 +144,11 @@ impl LocalExecutor {
                 network_requested: NetworkMode::On,
                 landlock_abi: abi,
                 protections: Vec::new(),
+                namespaces: Vec::new(),
+                view: Vec::new(),
+                toolchains: Vec::new(),
+                limits: limits_copy,
+                fallbacks: Vec::new(),
             },
             proxy: None,
             cgroups: None,
@@ -151,8 +166,21 @@ impl LocalExecutor {
         this.report.network_requested = this.opts.network;
         let mode = this.opts.sandbox;
         let network = this.opts.network;
-        let mut ll_writable = vec![this.worktree.clone(), this.private.path().to_path_buf()];
-        ll_writable.extend(this.opts.writable.iter().cloned());
+        let env = |k: &str| std::env::var_os(k);
+        let l = &this.opts.limits;
+        let the_view = view::build(&view::ViewInputs {
+            worktree: &this.worktree,
+            writable: &this.opts.writable,
+            bind: &this.opts.bind,
+            hide: &this.opts.hide,
+            network,
+            sizes: view::Sizes {
+                tmp: l.tmp_bytes,
+                home: l.home_bytes,
+                shm: l.tmp_bytes,
+            },
+            env: &env,
+        });
         let landlock = || -> Result<Backend> {
             if abi < 1 {
                 return Err(Error::SandboxUnavailable {
@@ -161,9 +189,14 @@ impl LocalExecutor {
                         .into(),
                 });
             }
+            if !helper::available() {
+                return Err(Error::SandboxUnavailable {
+                    mode: "landlock".into(),
+                    reason: "this binary does not carry the sandbox helper (its start-up hook did not run)".into(),
+                });
+            }
             Ok(Backend::Landlock {
-                seccomp: Arc::new(sandbox::seccomp_program(network)?),
-                ruleset: Arc::new(sandbox::landlock_ruleset(&ll_writable, network)?),
+                view: the_view.clone(),
             })
         };
         let bwrap = || -> Result<Backend> {
@@ -177,7 +210,10 @@ impl LocalExecutor {
                 mode: "bwrap".into(),
                 reason: "bubblewrap (`bwrap`) is not installed".into(),
             })?;
-            Ok(Backend::Bwrap { path })
+            Ok(Backend::Bwrap {
+                path,
+                view: the_view.clone(),
+            })
         };
         match mode {
             SandboxMode::Off => {
@@ -233,6 +269,33 @@ impl LocalExecutor {
             Backend::None => Mechanism::None,
         };
         this.report.protections = this.protections();
+        if let Backend::Landlock { view } | Backend::Bwrap { view, .. } = &this.backend {
+            this.report.view = view::describe(&view.mounts);
+            this.report.toolchains = view.toolchains.clone();
+            this.report.namespaces = ["user", "mount", "pid", "ipc", "uts"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            if network != NetworkMode::On {
+                this.report.namespaces.push("network".into());
+            }
+            for r in &view.refused {
+                this.report.fallbacks.push(format!("not bound: {r}"));
+            }
+        }
+        if this.report.mechanism == Mechanism::Bwrap && mode == SandboxMode::Auto {
+            this.report.fallbacks.push(
+                "landlock view unavailable, bubblewrap used (no Landlock or seccomp layer)".into(),
+            );
+        }
+        if this.cgroups.is_none() && cgroup::is_root() {
+            this.report.fallbacks.push(
+                "root without a writable pids cgroup: the process limit is not enforced".into(),
+            );
+        }
+        this.report
+            .fallbacks
+            .push("memory: RLIMIT_DATA per process (no memory cgroup)".into());
         if network == NetworkMode::Allowlist {
             this.proxy = Some(EgressProxy::new(&this.opts.network_allow));
         }
@@ -254,13 +317,7 @@ impl LocalExecutor {
     fn start_spawner(&self) -> Option<Spawner> {
         let base = self.cgroups.as_ref().filter(|_| self.opts.spawner)?;
         let template = match &self.backend {
-            Backend::Landlock { seccomp, ruleset } => ChildSetup::landlock(LandlockSpawn {
-                worktree: &self.worktree,
-                network: self.opts.network,
-                limits: &self.opts.limits,
-                seccomp: seccomp.clone(),
-                ruleset: ruleset.clone(),
-            }),
+            Backend::Landlock { .. } => ChildSetup::helper(self.opts.network),
             Backend::Bwrap { .. } | Backend::None => ChildSetup::limits_only(&self.opts.limits),
         };
         let started = template.and_then(|(t, _)| {
@@ -311,10 +368,12 @@ impl LocalExecutor {
         let mut p = vec![
             "allow-listed environment without secrets; HOME and TMPDIR private".to_string(),
             "own process group, wall-clock timeout killing the group".to_string(),
+            "inherited descriptors closed at exec (close_range)".to_string(),
             format!(
-                "rlimits: cpu {} s, file size {} bytes, {} processes ({}), no core dumps",
+                "rlimits: cpu {} s, file size {} bytes, data {} MiB, {} processes ({}), no core dumps",
                 self.opts.limits.cpu_seconds,
                 self.opts.limits.file_size_bytes,
+                self.opts.limits.memory_bytes >> 20,
                 self.opts.limits.max_processes,
                 if self.cgroups.is_some() {
                     "pids cgroup"
@@ -324,31 +383,37 @@ impl LocalExecutor {
                     "RLIMIT_NPROC"
                 }
             ),
-            "writes only to the worktree and the private dir; .git and nested .git read-only"
-                .to_string(),
+            format!(
+                "worktree growth per command at most {} MiB (checked while it runs; the command is stopped past it)",
+                self.opts.limits.worktree_growth_bytes >> 20
+            ),
         ];
         match &self.backend {
             Backend::Landlock { .. } => {
                 p.push(format!(
-                    "landlock (kernel ABI {}, rights up to ABI 6 used), no_new_privs, no capabilities",
-                    self.report.landlock_abi
+                    "view: a fresh root with the system and toolchain directories read-only, the worktree read-write (.git and nested .git read-only), fresh tmpfs $HOME ({} MiB) and /tmp ({} MiB), own /proc, minimal /dev; nothing else of the machine",
+                    self.opts.limits.home_bytes >> 20,
+                    self.opts.limits.tmp_bytes >> 20
                 ));
                 p.push(
-                    "user and mount namespaces; no ptrace of or signals to outside processes"
-                        .into(),
+                    "user, mount, pid, IPC and UTS namespaces: only its own processes; all of them die with the command".into(),
                 );
-                p.push("seccomp: no io_uring, keyrings, perf or userfaultfd".into());
-            }
-            Backend::Bwrap { path } => {
                 p.push(format!(
-                    "bubblewrap {}: user, pid, ipc, uts namespaces; no capabilities",
+                    "landlock over the view (kernel ABI {}, rights up to ABI 6 used), no_new_privs, no capabilities; no ptrace of or signals to outside processes",
+                    self.report.landlock_abi
+                ));
+                p.push("seccomp: no io_uring, keyrings, perf or userfaultfd; no raw, packet or netlink sockets without the network".into());
+            }
+            Backend::Bwrap { path, .. } => {
+                p.push(format!(
+                    "bubblewrap {}: the same view; user, mount, pid, IPC, UTS namespaces; no capabilities; no Landlock or seccomp layer",
                     path.display()
                 ));
             }
             Backend::None => {}
         }
         p.push(match self.opts.network {
-            NetworkMode::Off => "network off: own empty network namespace; seccomp allows only AF_UNIX sockets (landlock)".into(),
+            NetworkMode::Off => "network off: own network namespace with only its own loopback".into(),
             NetworkMode::Allowlist => format!(
                 "network allowlist: own network namespace whose only way out is the egress proxy admitting {:?}",
                 self.opts.network_allow
@@ -390,6 +455,9 @@ impl LocalExecutor {
             let mut stderr = Vec::new();
             let _ = std::io::Read::read_to_end(&mut std::fs::File::from(err_r), &mut stderr);
             self.give_back(sp);
+            if let Some(why) = setup_failure(&p.parent) {
+                return Err(unavailable(why));
+            }
             (status, stderr)
         } else {
             let (mut cmd, parent) = self.std_command(p)?;
@@ -397,6 +465,9 @@ impl LocalExecutor {
             let out = cmd
                 .output()
                 .map_err(|e| unavailable(describe_spawn_error(&e, &parent)))?;
+            if let Some(why) = setup_failure(&parent) {
+                return Err(unavailable(why));
+            }
             (out.status, out.stderr)
         };
         if !status.success() {
@@ -416,8 +487,28 @@ impl LocalExecutor {
         args: &[String],
         extra_env: Vec<(String, String)>,
     ) -> Result<Prepared> {
-        let home = self.private.path().join("home");
-        let tmp = self.private.path().join("tmp");
+        let (home, tmp) = match self.backend {
+            Backend::Landlock { .. } | Backend::Bwrap { .. } => (
+                PathBuf::from(view::VIEW_HOME),
+                PathBuf::from(view::VIEW_TMP),
+            ),
+            Backend::None => (
+                self.private.path().join("home"),
+                self.private.path().join("tmp"),
+            ),
+        };
+        let view_mounts = |view: &View| {
+            let mut mounts = view.mounts.clone();
+            for g in sandbox::git_dirs(&self.worktree) {
+                mounts.push(helper::Mount::Bind {
+                    src: g.clone(),
+                    dest: g,
+                    rw: false,
+                });
+            }
+            view::sort(&mut mounts);
+            mounts
+        };
         let mut env_extra = extra_env;
         if self.opts.network == NetworkMode::Allowlist {
             let url = format!("http://127.0.0.1:{}", sandbox::PROXY_PORT);
@@ -436,25 +527,45 @@ impl LocalExecutor {
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
         let env = super::env::sandbox_env(parent_env, &self.opts.pass_env, &home, &tmp, &env_extra);
         let plain_args = || args.iter().map(OsString::from).collect::<Vec<_>>();
+        let mut helper_spec = None;
         let (program, args, (setup, parent)) = match &self.backend {
-            Backend::Landlock { seccomp, ruleset } => (
-                OsString::from(program),
-                plain_args(),
-                ChildSetup::landlock(LandlockSpawn {
-                    worktree: &self.worktree,
-                    network: self.opts.network,
-                    limits: &self.opts.limits,
-                    seccomp: seccomp.clone(),
-                    ruleset: ruleset.clone(),
-                })?,
-            ),
-            Backend::Bwrap { path } => {
-                let mut a = sandbox::bwrap_args(
-                    &self.worktree,
-                    self.private.path(),
-                    &self.opts.writable,
-                    self.opts.network,
+            Backend::Landlock { view } => {
+                let mounts = view_mounts(view);
+                let mut writable = vec![
+                    self.worktree.clone(),
+                    PathBuf::from(view::VIEW_TMP),
+                    PathBuf::from(view::VIEW_HOME),
+                    PathBuf::from("/dev/shm"),
+                    PathBuf::from("/dev/pts"),
+                ];
+                writable.extend(
+                    self.opts
+                        .writable
+                        .iter()
+                        .filter_map(|w| std::fs::canonicalize(w).ok()),
                 );
+                let spec = Spec {
+                    mounts,
+                    unshare_net: self.opts.network != NetworkMode::On,
+                    network: self.opts.network,
+                    cwd: self.worktree.clone(),
+                    writable,
+                    rlimits: sandbox::rlimits(&self.opts.limits),
+                    step_fd: -1,
+                    proxy_fd: None,
+                };
+                let mut argv = vec![OsString::from(program)];
+                argv.extend(plain_args());
+                helper_spec = Some((spec, argv));
+                (
+                    OsString::from("/proc/self/exe"),
+                    Vec::new(),
+                    ChildSetup::helper(self.opts.network)?,
+                )
+            }
+            Backend::Bwrap { path, view } => {
+                let mut a =
+                    sandbox::bwrap_args(&self.worktree, &view_mounts(view), self.opts.network);
                 a.push(program.into());
                 a.extend(plain_args());
                 (
@@ -472,6 +583,7 @@ impl LocalExecutor {
         Ok(Prepared {
             program,
             args,
+            helper: helper_spec,
             env,
             setup,
             parent,
@@ -481,15 +593,25 @@ impl LocalExecutor {
     /// The std command for a prepared command, joining a pids cgroup of its own when the
     /// process limit needs one (the path without a spawner).
     fn std_command(&self, p: Prepared) -> Result<(std::process::Command, ParentSide)> {
+        let is_helper = p.helper.is_some();
+        let args = match &p.helper {
+            Some(_) => helper_args(&p, p.setup.err_fd(), p.setup.proxy_fd())?,
+            None => p.args.clone(),
+        };
         let Prepared {
             program,
-            args,
             env,
             mut setup,
             mut parent,
+            ..
         } = p;
         let mut cmd = std::process::Command::new(program);
-        cmd.args(args);
+        if is_helper && !args.is_empty() {
+            cmd.arg0(&args[0]);
+            cmd.args(&args[1..]);
+        } else {
+            cmd.args(args);
+        }
         if let Some(base) = &self.cgroups {
             let cg =
                 base.create(self.opts.limits.max_processes)
@@ -527,8 +649,23 @@ impl LocalExecutor {
             .map(|(_, v)| v.as_str());
         let path = resolve_program(&p.program, path_var, &self.worktree)
             .ok_or_else(|| SpawnError::Exec(std::io::Error::from_raw_os_error(libc::ENOENT)))?;
-        let mut argv: Vec<&[u8]> = vec![p.program.as_bytes()];
-        argv.extend(p.args.iter().map(|a| a.as_bytes()));
+        let helper_argv = match &p.helper {
+            Some(_) => Some(
+                helper_args(
+                    p,
+                    spawner_mod::STEP_FD,
+                    p.setup.proxy_fd().map(|_| spawner_mod::PROXY_FD),
+                )
+                .map_err(|e| SpawnError::Request(std::io::Error::other(e.to_string())))?,
+            ),
+            None => None,
+        };
+        let argv: Vec<&[u8]> = match &helper_argv {
+            Some(a) => a.iter().map(|a| a.as_bytes()).collect(),
+            None => std::iter::once(p.program.as_bytes())
+                .chain(p.args.iter().map(|a| a.as_bytes()))
+                .collect(),
+        };
         sp.spawn(&Launch {
             path: &path,
             argv: &argv,
@@ -632,9 +769,15 @@ impl LocalExecutor {
             .take()
             .map(|p| tokio::spawn(read_capped(p, cap, stop_rx.clone())));
 
+        let bound = self.opts.limits.worktree_growth_bytes;
+        let mut grew = None;
         let waited = tokio::select! {
             s = running.wait() => Some(s),
             _ = tokio::time::sleep(timeout) => None,
+            g = watch_growth(&self.worktree, bound) => {
+                grew = Some(g);
+                None
+            }
         };
         if let Some(cg) = running.cgroup() {
             cg.kill_all().await;
@@ -648,10 +791,24 @@ impl LocalExecutor {
                 source: e,
             })?),
             None => {
-                let _ = running.wait().await;
-                None
+                let s = running.wait().await;
+                if grew.is_some() { s.ok() } else { None }
             }
         };
+        if let Some(code) = status.and_then(|s| s.code())
+            && (code == helper::SETUP_FAILED || code == 127)
+            && let Some((errno, what)) = helper::read_failure(running.parent.err_pipe.as_raw_fd())
+        {
+            let source = std::io::Error::from_raw_os_error(errno);
+            return Err(if code == 127 {
+                Error::Spawn {
+                    program: program.clone(),
+                    source: std::io::Error::new(source.kind(), format!("{what}: {source}")),
+                }
+            } else {
+                Error::SandboxSetup { what, source }
+            });
+        }
         if let Some(cg) = running.cgroup() {
             cg.kill_all().await;
             cg.drained().await;
@@ -693,6 +850,7 @@ impl LocalExecutor {
                 .ok();
         }
         let status = match status {
+            None if grew.is_some() => Termination::Signaled(libc::SIGKILL),
             None => Termination::TimedOut,
             Some(s) => match (s.code(), s.signal()) {
                 (Some(c), _) => Termination::Exited(c),
@@ -701,6 +859,13 @@ impl LocalExecutor {
             },
         };
         let blocked_hosts = blocked.lock().map(|b| b.clone()).unwrap_or_default();
+        let stopped = grew.map(|g| {
+            format!(
+                "stopped: the worktree grew by {} MiB, past the bound of {} MiB per command",
+                g >> 20,
+                bound >> 20
+            )
+        });
         tracing::debug!(?status, program, elapsed = ?start.elapsed(), "command finished");
         Ok(ExecOutput {
             status,
@@ -709,19 +874,93 @@ impl LocalExecutor {
             duration: start.elapsed(),
             pid: pid.map_or(0, |p| p as u32),
             blocked_hosts,
+            stopped,
         })
     }
 
+    /// Serve the egress proxy on the listener the command's init sends once its network
+    /// namespace is up (after the helper has started, so this waits for it).
     fn serve_proxy(
         &self,
         proxy: &EgressProxy,
         sock: &OwnedFd,
     ) -> Result<tokio::task::JoinHandle<()>> {
-        let fd = sandbox::recv_fd(sock).map_err(Error::Proxy)?;
-        let std_listener = std::net::TcpListener::from(fd);
-        std_listener.set_nonblocking(true).map_err(Error::Proxy)?;
-        let listener = tokio::net::TcpListener::from_std(std_listener).map_err(Error::Proxy)?;
-        Ok(proxy.serve(listener))
+        let sock = sock.try_clone().map_err(Error::Proxy)?;
+        let proxy = proxy.clone();
+        Ok(tokio::spawn(async move {
+            // SAFETY: the AsyncFd owns `sock`, an open descriptor, for its whole life.
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    sock,
+                    tokio::io::Interest::READABLE,
+                )
+            };
+            let Ok(afd) = registered else {
+                return;
+            };
+            let fd = loop {
+                let Ok(mut guard) = afd.readable().await else {
+                    return;
+                };
+                match guard.try_io(|inner| sandbox::recv_fd(inner.get_ref())) {
+                    Ok(Ok(fd)) => break fd,
+                    Ok(Err(_)) => return,
+                    Err(_would_block) => continue,
+                }
+            };
+            let std_listener = std::net::TcpListener::from(fd);
+            if std_listener.set_nonblocking(true).is_err() {
+                return;
+            }
+            let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
+                return;
+            };
+            let serving = AbortOnDrop(proxy.serve(listener));
+            let _ = serving.wait().await;
+        }))
+    }
+}
+
+/// A task aborted when this is dropped (so aborting the task that awaits it stops it too).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl AbortOnDrop {
+    async fn wait(mut self) -> std::result::Result<(), tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Resolves with the growth (bytes) once the file system holding `worktree` has grown by more
+/// than `bound` since this started. Measured on the whole file system (`statvfs`): cheap at
+/// any tree size; other writers to the same file system count too, which the bound's
+/// default leaves room for.
+async fn watch_growth(worktree: &Path, bound: u64) -> u64 {
+    let used = |p: &Path| -> Option<u64> {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs writes into a zeroed struct we own.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        Some(st.f_blocks.saturating_sub(st.f_bfree) * st.f_frsize)
+    };
+    let Some(start) = used(worktree) else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(now) = used(worktree) {
+            let grown = now.saturating_sub(start);
+            if grown > bound {
+                return grown;
+            }
+        }
     }
 }
 
@@ -742,32 +981,49 @@ impl Executor for LocalExecutor {
     }
 }
 
-/// The spawn error, with the sandbox step that failed when the child reported one.
+/// The spawn error, with the helper's failure record when it wrote one.
 fn describe_spawn_error(e: &std::io::Error, parent: &ParentSide) -> String {
-    let mut b = [0u8; 1];
-    // SAFETY: reads at most one byte into a stack buffer from a non-blocking pipe we own.
-    let n = unsafe { libc::read(parent.err_pipe.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-    if n == 1 {
-        let mut msg = format!(
-            "sandbox setup failed at `{}`: {e}",
-            sandbox::step_name(b[0])
-        );
-        if b[0] <= 1 && userns_restricted_by_apparmor() {
-            msg.push_str(
-                " (kernel.apparmor_restrict_unprivileged_userns=1, as on stock Ubuntu 24.04, denies \
-                 unprivileged user namespaces: run the agent as root, or set the sysctl to 0, or \
-                 opt out with sandbox.mode = \"off\")",
-            );
-        }
-        msg
-    } else {
-        e.to_string()
-    }
+    setup_failure(parent).unwrap_or_else(|| e.to_string())
 }
 
-fn userns_restricted_by_apparmor() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-        .is_ok_and(|v| v.trim() == "1")
+/// The sandbox helper's failure record, as a sentence naming the cause and, where one is
+/// known, the fix.
+fn setup_failure(parent: &ParentSide) -> Option<String> {
+    let (errno, what) = helper::read_failure(parent.err_pipe.as_raw_fd())?;
+    let err = std::io::Error::from_raw_os_error(errno);
+    let mut msg = format!("sandbox setup failed at `{what}`: {err}");
+    if what.contains("namespace") || what.contains("uid_map") || what.contains("setgroups") {
+        msg.push_str(&userns_hint());
+    }
+    Some(msg)
+}
+
+/// Why user namespaces are refused here, and what to do about it.
+fn userns_hint() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|v| v.trim().to_string())
+            .ok()
+    };
+    let opt_out = "or opt out explicitly with sandbox.mode = \"off\"";
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        format!(
+            " (kernel.apparmor_restrict_unprivileged_userns=1, as on stock Ubuntu 24.04, denies \
+             unprivileged user namespaces: run the agent as root, or set the sysctl to 0, {opt_out})"
+        )
+    } else if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        format!(
+            " (kernel.unprivileged_userns_clone=0 denies unprivileged user namespaces: set it to \
+             1, or run the agent as root, {opt_out})"
+        )
+    } else if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        format!(" (user.max_user_namespaces=0: set it above 0, {opt_out})")
+    } else {
+        format!(
+            " (the command's view needs user namespaces; a container runtime's seccomp profile \
+             often refuses them: allow unshare/clone with CLONE_NEWUSER, {opt_out})"
+        )
+    }
 }
 
 async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
@@ -855,6 +1111,21 @@ async fn kill_namespace(ns: &Path) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// The helper's whole `argv` (with `argv[0]`) for a prepared view command, telling it where
+/// its step pipe and proxy socket are.
+fn helper_args(p: &Prepared, step_fd: i32, proxy_fd: Option<i32>) -> Result<Vec<OsString>> {
+    let Some((spec, argv)) = &p.helper else {
+        return Ok(p.args.clone());
+    };
+    let mut spec = spec.clone();
+    spec.step_fd = step_fd;
+    spec.proxy_fd = proxy_fd;
+    helper::command_line(&spec, argv).map_err(|e| Error::SandboxSetup {
+        what: "the sandbox helper's command line".into(),
+        source: e,
+    })
 }
 
 /// A pipe, both ends close-on-exec.

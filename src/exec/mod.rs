@@ -28,10 +28,12 @@ mod capture;
 mod cgroup;
 mod env;
 mod error;
+mod helper;
 mod local;
 pub mod proxy;
 mod sandbox;
 mod spawner;
+mod view;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -45,6 +47,7 @@ pub use error::{Error, Result};
 pub use local::LocalExecutor;
 pub use proxy::{BlockedHost, EgressProxy};
 pub use sandbox::{Mechanism, SandboxReport, SandboxSupport, probe};
+pub use view::{VIEW_HOME, VIEW_TMP};
 
 use crate::config::{NetworkMode, SandboxMode, Settings};
 
@@ -149,10 +152,13 @@ pub struct ExecOutput {
     pub pid: u32,
     /// Hosts the egress proxy refused during this command.
     pub blocked_hosts: Vec<BlockedHost>,
+    /// Why the executor stopped the command before it ended, other than its timeout (a
+    /// bound it passed, e.g. the worktree's growth); `None` when it ran to its end.
+    pub stopped: Option<String>,
 }
 
 /// Resource limits of each command (per process where the kernel counts per process).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// CPU seconds (`RLIMIT_CPU`); `SIGXCPU` then `SIGKILL` past it.
@@ -164,6 +170,15 @@ pub struct Limits {
     pub max_processes: u64,
     /// Bytes kept of each of stdout and stderr (half head, half tail).
     pub output_cap_bytes: usize,
+    /// Memory of the command: its cgroup's `memory.max` where the executor has a memory
+    /// cgroup, else `RLIMIT_DATA` per process.
+    pub memory_bytes: u64,
+    /// Size of the command's fresh `/tmp` (and `/dev/shm`).
+    pub tmp_bytes: u64,
+    /// Size of the command's fresh `$HOME`.
+    pub home_bytes: u64,
+    /// How much the worktree may grow during one command; past it the command is stopped.
+    pub worktree_growth_bytes: u64,
 }
 
 impl Default for Limits {
@@ -173,6 +188,10 @@ impl Default for Limits {
             file_size_bytes: 4 << 30,
             max_processes: 2048,
             output_cap_bytes: 1 << 20,
+            memory_bytes: 8 << 30,
+            tmp_bytes: 4 << 30,
+            home_bytes: 1 << 30,
+            worktree_growth_bytes: 16 << 30,
         }
     }
 }
@@ -193,8 +212,14 @@ pub struct ExecOptions {
     /// Environment variables passed through from the parent when set (names only; values
     /// come from the parent). Secret-looking names are never passed whatever this says.
     pub pass_env: Vec<String>,
-    /// Extra paths the command may write (e.g. a shared build cache).
+    /// Extra paths the command may write (e.g. a shared build cache), bound read-write into
+    /// its view.
     pub writable: Vec<PathBuf>,
+    /// Extra paths bound read-only into the view (`sandbox.bind`).
+    pub bind: Vec<PathBuf>,
+    /// Paths covered with an empty read-only file or directory in the view (`sandbox.hide`;
+    /// e.g. the GitHub App key file when it lies under a bound directory).
+    pub hide: Vec<PathBuf>,
     /// As root with a pids cgroup: fork commands from a spawner process that joined its
     /// pids cgroup once, when the executor was made, so starting a command moves no process
     /// between cgroups (a cold move waits for an RCU grace period: about 13 ms on a cgroup v1
@@ -212,6 +237,8 @@ impl Default for ExecOptions {
             timeout: Duration::from_secs(15 * 60),
             pass_env: DEFAULT_PASS_ENV.iter().map(|s| s.to_string()).collect(),
             writable: Vec::new(),
+            bind: Vec::new(),
+            hide: Vec::new(),
             spawner: true,
         }
     }
@@ -221,11 +248,23 @@ impl ExecOptions {
     /// Options from the resolved settings: sandbox mode, network mode and allowlist, and the
     /// verification timeout as the default command timeout.
     pub fn from_settings(settings: &Settings) -> Self {
+        let sb = &settings.sandbox;
+        let d = Limits::default();
+        let mib = |v: Option<u64>, default: u64| v.map_or(default, |m| m.saturating_mul(1 << 20));
         Self {
-            sandbox: settings.sandbox.mode,
+            sandbox: sb.mode,
             network: settings.policy.network,
             network_allow: settings.policy.network_allow.clone(),
             timeout: Duration::from_secs(u64::from(settings.verify.timeout_minutes.max(1)) * 60),
+            bind: sb.bind.clone(),
+            hide: sb.hide.clone(),
+            limits: Limits {
+                memory_bytes: mib(sb.memory_mb, d.memory_bytes),
+                tmp_bytes: mib(sb.tmp_mb, d.tmp_bytes),
+                home_bytes: mib(sb.home_mb, d.home_bytes),
+                worktree_growth_bytes: mib(sb.worktree_growth_mb, d.worktree_growth_bytes),
+                ..d
+            },
             ..Self::default()
         }
     }

@@ -1,26 +1,23 @@
-//! The Linux sandbox: what this machine supports, and the per-command setup.
+//! The Linux sandbox: what this machine supports, and the pieces every command's set-up uses.
 //!
-//! The `landlock` mechanism confines a command with, in this order, inside the forked child
-//! before `exec`: a user namespace mapping the caller's own uid (so `RLIMIT_NPROC` binds
-//! even for root, and mounts are possible without privilege), a mount namespace in which the
-//! worktree's `.git` and every nested `.git` are bind-mounted read-only and the host's name
-//! resolution sockets are hidden, a network namespace (for `off` and `allowlist`) whose only
-//! listener is the egress proxy's socket, resource limits, an empty capability bounding set,
-//! `no_new_privs`, a Landlock domain (read everywhere, write only the worktree, the private
-//! temp dir and a few device files; no signals to or `ptrace` of processes outside, which
-//! also keeps `/proc/<parent>/environ` unreadable), and a seccomp filter (no sockets but
-//! `AF_UNIX` when the network is off, no `io_uring`, no keyrings).
+//! The `landlock` mechanism gives each command a view of its own, built by the sandbox helper
+//! ([`super::helper`]) from the mounts [`super::view`] lists: user, mount, pid, IPC, UTS and
+//! (for `off` and `allowlist`) network namespaces, a fresh root with only the system and
+//! toolchain directories and the worktree bound, resource limits, an empty capability
+//! bounding set, `no_new_privs`, a Landlock domain over the view (read what is bound, write
+//! only the worktree, `$HOME`, `/tmp` and a few device files; no signals to or `ptrace` of
+//! processes outside) and a seccomp filter (no raw, packet or netlink sockets unless the
+//! network is on, no `io_uring`, no keyrings). What runs between `fork` and `exec` in the
+//! agent ([`ChildSetup`]) only joins a cgroup, marks inherited descriptors close-on-exec and
+//! execs the helper.
 //!
-//! Everything the child needs is allocated before `fork`; the child only makes system calls.
-//!
-//! The `bwrap` mechanism gets the same file-system view and namespaces from bubblewrap
-//! (plus a pid namespace); it has no Landlock or seccomp layer and cannot do `allowlist`.
+//! The `bwrap` mechanism runs the command under bubblewrap with the host's root read-only
+//! (plus pid, IPC and UTS namespaces); it has no Landlock or seccomp layer and cannot do
+//! `allowlist`.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
@@ -38,17 +35,6 @@ const TARGET_ABI: ABI = ABI::V6;
 
 /// Port of the egress proxy inside the command's own network namespace.
 pub(crate) const PROXY_PORT: u16 = 3128;
-
-/// Directories hidden (covered by an empty read-only tmpfs) when the network is not `on`:
-/// they hold the sockets of host resolvers and buses that would resolve names, or carry
-/// data, on the command's behalf.
-const HIDDEN_WITHOUT_NETWORK: &[&str] = &[
-    "/run/systemd/resolve",
-    "/run/nscd",
-    "/var/run/nscd",
-    "/run/dbus",
-    "/var/run/dbus",
-];
 
 /// Device files a sandboxed command may open for writing.
 const WRITABLE_DEVICES: &[&str] = &[
@@ -89,6 +75,68 @@ pub struct SandboxReport {
     pub landlock_abi: i32,
     /// One line per protection in force, for the report.
     pub protections: Vec<String>,
+    /// Namespaces each command gets (`user`, `mount`, `pid`, `ipc`, `uts`, `network`).
+    pub namespaces: Vec<String>,
+    /// What a command sees of the file system, one line per mount (the worktree's `.git`
+    /// directories, bound read-only per command, are not listed). Empty without a view.
+    pub view: Vec<String>,
+    /// Toolchain directories found on the agent's `PATH` (and toolchain variables) and bound.
+    pub toolchains: Vec<PathBuf>,
+    /// Resource limits of each command.
+    pub limits: Limits,
+    /// Fallbacks taken and protections missing, each with its cause; empty when everything
+    /// asked for is in force.
+    pub fallbacks: Vec<String>,
+}
+
+impl SandboxReport {
+    /// One line for the report's verification section and the audit log, e.g. `landlock:
+    /// view (12 mounts), namespaces user+mount+pid+ipc+uts+network, landlock ABI 7, seccomp,
+    /// memory 8192 MiB, network off; fallbacks: none`.
+    pub fn summary(&self) -> String {
+        let mechanism = match self.mechanism {
+            Mechanism::Landlock => "landlock",
+            Mechanism::Bwrap => "bwrap",
+            Mechanism::None => "none",
+        };
+        let mut parts = Vec::new();
+        if self.opted_out {
+            parts.push("sandbox turned off by the user".to_string());
+        }
+        if !self.view.is_empty() {
+            parts.push(format!("view ({} mounts)", self.view.len()));
+        }
+        if !self.namespaces.is_empty() {
+            parts.push(format!("namespaces {}", self.namespaces.join("+")));
+        }
+        if self.mechanism == Mechanism::Landlock {
+            parts.push(format!("landlock ABI {}, seccomp", self.landlock_abi));
+        }
+        let mib = |b: u64| b >> 20;
+        parts.push(format!(
+            "memory {} MiB, /tmp {} MiB, $HOME {} MiB, worktree growth {} MiB, {} processes",
+            mib(self.limits.memory_bytes),
+            mib(self.limits.tmp_bytes),
+            mib(self.limits.home_bytes),
+            mib(self.limits.worktree_growth_bytes),
+            self.limits.max_processes
+        ));
+        parts.push(format!("network {}", network_name(self.network)));
+        let fallbacks = if self.fallbacks.is_empty() {
+            "none".to_string()
+        } else {
+            self.fallbacks.join("; ")
+        };
+        format!("{mechanism}: {}; fallbacks: {fallbacks}", parts.join(", "))
+    }
+}
+
+fn network_name(n: NetworkMode) -> &'static str {
+    match n {
+        NetworkMode::Off => "off",
+        NetworkMode::Allowlist => "allowlist",
+        NetworkMode::On => "on",
+    }
 }
 
 /// Which sandbox mechanisms this machine offers.
@@ -166,20 +214,6 @@ pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The existing directories of [`HIDDEN_WITHOUT_NETWORK`], symlinks resolved, each once.
-fn hidden_dirs() -> Vec<PathBuf> {
-    let mut seen = Vec::new();
-    for h in HIDDEN_WITHOUT_NETWORK {
-        if let Ok(c) = std::fs::canonicalize(h)
-            && c.is_dir()
-            && !seen.contains(&c)
-        {
-            seen.push(c);
-        }
-    }
-    seen
-}
-
 /// The worktree's `.git` and every nested `.git` outside ignored directories.
 pub(crate) fn git_dirs(worktree: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -223,13 +257,10 @@ pub(crate) fn seccomp_program(network: NetworkMode) -> Result<Vec<seccompiler::s
     .map(|s| (s, Vec::new()))
     .collect();
     let socket_rule = match network {
-        NetworkMode::Off => Some(SeccompRule::new(vec![cond(
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX,
-        )?])),
-        // The command's network namespace has nothing but loopback and the proxy; still no
+        // The command's network namespace is the boundary: it has its own loopback (a test
+        // suite may serve and connect on 127.0.0.1) and, for `allowlist`, the proxy; still no
         // raw, packet or netlink sockets.
-        NetworkMode::Allowlist => Some(SeccompRule::new(vec![
+        NetworkMode::Off | NetworkMode::Allowlist => Some(SeccompRule::new(vec![
             cond(SeccompCmpOp::Ne, libc::AF_UNIX)?,
             cond(SeccompCmpOp::Ne, libc::AF_INET)?,
             cond(SeccompCmpOp::Ne, libc::AF_INET6)?,
@@ -264,7 +295,9 @@ pub(crate) fn landlock_ruleset(writable: &[PathBuf], network: NetworkMode) -> Re
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))
         .map_err(ll("ruleset"))?;
-    if network != NetworkMode::On && abi >= 4 {
+    // TCP rules only for `allowlist` (connect to the proxy's port and nothing else); with the
+    // network off the namespace has no route out, and its own loopback is the command's.
+    if network == NetworkMode::Allowlist && abi >= 4 {
         ruleset = ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
             .map_err(ll("ruleset"))?;
@@ -312,55 +345,23 @@ pub(crate) fn landlock_ruleset(writable: &[PathBuf], network: NetworkMode) -> Re
     })
 }
 
-/// Steps of the child's setup, reported through the error pipe when one fails.
-const STEPS: &[&str] = &[
-    "unshare user/mount/network namespaces",
-    "write uid/gid maps",
-    "make mounts private",
-    "bind .git read-only",
-    "hide resolver sockets",
-    "bring up loopback",
-    "open the proxy socket",
-    "set resource limits",
-    "drop capabilities",
-    "set no_new_privs",
-    "enter the landlock domain",
-    "install the seccomp filter",
-    "set the parent-death signal",
-    "join the pids cgroup",
-];
-
-/// Name of a setup step from the byte the child wrote.
-pub(crate) fn step_name(b: u8) -> &'static str {
-    STEPS
-        .get(usize::from(b))
-        .copied()
-        .unwrap_or("sandbox setup")
-}
-
-/// A read-only bind mount to make in the child.
-struct RoBind {
-    path: CString,
-    /// `MS_*` flags the existing mount has and a remount must keep (locked in a user ns).
-    keep: libc::c_ulong,
+/// What the forked child does before `exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChildMode {
+    /// Exec the sandbox helper, which does the rest in a fresh process image.
+    Helper,
+    /// Only limits and `no_new_privs` (bubblewrap, or no sandbox).
+    LimitsOnly,
 }
 
 /// Everything the forked child needs, prepared before the fork.
 pub(crate) struct ChildSetup {
-    uid_map: Vec<u8>,
-    gid_map: Vec<u8>,
-    ro_binds: Vec<RoBind>,
-    hidden: Vec<CString>,
-    unshare_net: bool,
+    mode: ChildMode,
     /// Child end of the socket pair the proxy listener is passed back on.
     proxy_sock: Option<OwnedFd>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
-    ruleset: Option<Arc<OwnedFd>>,
-    seccomp: Option<Arc<Vec<seccompiler::sock_filter>>>,
-    /// Write end of the step-report pipe (close-on-exec).
+    /// Write end of the step-report pipe (close-on-exec until the child clears it).
     err_pipe: OwnedFd,
-    /// Only namespaces and limits (used under bubblewrap, which does the rest).
-    limits_only: bool,
     /// `cgroup.procs` of the command's pids cgroup, joined first.
     cgroup_procs: Option<CString>,
 }
@@ -380,15 +381,9 @@ pub(crate) fn rlimits(limits: &Limits) -> Vec<(libc::__rlimit_resource_t, u64)> 
         (libc::RLIMIT_CPU, limits.cpu_seconds),
         (libc::RLIMIT_FSIZE, limits.file_size_bytes),
         (libc::RLIMIT_NPROC, limits.max_processes),
+        (libc::RLIMIT_DATA, limits.memory_bytes),
         (libc::RLIMIT_CORE, 0),
     ]
-}
-
-fn cstring(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|e| Error::SandboxSetup {
-        what: p.display().to_string(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
-    })
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -425,60 +420,24 @@ fn socketpair() -> Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Inputs of one landlock-mechanism spawn.
-pub(crate) struct LandlockSpawn<'a> {
-    pub worktree: &'a Path,
-    pub network: NetworkMode,
-    pub limits: &'a Limits,
-    pub seccomp: Arc<Vec<seccompiler::sock_filter>>,
-    /// The executor's Landlock ruleset (worktree, private dir and extra writable paths), made
-    /// once: the paths are fixed for the executor's life and the rules hold their inodes.
-    pub ruleset: Arc<OwnedFd>,
-}
-
 impl ChildSetup {
-    /// Prepare the full landlock-mechanism setup for one command.
-    pub(crate) fn landlock(s: LandlockSpawn<'_>) -> Result<(Self, ParentSide)> {
-        let mut ro_binds = Vec::new();
-        for g in git_dirs(s.worktree) {
-            ro_binds.push(RoBind {
-                keep: mount_flags(&g)?,
-                path: cstring(&g)?,
-            });
-        }
-        let (hidden, unshare_net) = if s.network == NetworkMode::On {
-            (Vec::new(), false)
-        } else {
-            (
-                hidden_dirs()
-                    .iter()
-                    .map(|p| cstring(p))
-                    .collect::<Result<Vec<_>>>()?,
-                true,
-            )
-        };
-        let (proxy_parent, proxy_child) = if s.network == NetworkMode::Allowlist {
+    /// The set-up for a command run through the sandbox helper: the child only joins its
+    /// cgroup, marks every inherited descriptor close-on-exec but the step pipe and the
+    /// proxy socket, and execs the helper.
+    pub(crate) fn helper(network: NetworkMode) -> Result<(Self, ParentSide)> {
+        let (proxy_parent, proxy_child) = if network == NetworkMode::Allowlist {
             let (a, b) = socketpair()?;
             (Some(a), Some(b))
         } else {
             (None, None)
         };
         let (err_read, err_write) = pipe()?;
-        // SAFETY: geteuid/getegid cannot fail.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         Ok((
             Self {
-                uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-                gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-                ro_binds,
-                hidden,
-                unshare_net,
+                mode: ChildMode::Helper,
                 proxy_sock: proxy_child,
-                rlimits: rlimits(s.limits),
-                ruleset: Some(s.ruleset),
-                seccomp: Some(s.seccomp),
+                rlimits: Vec::new(),
                 err_pipe: err_write,
-                limits_only: false,
                 cgroup_procs: None,
             },
             ParentSide {
@@ -489,22 +448,15 @@ impl ChildSetup {
         ))
     }
 
-    /// Only limits and `no_new_privs`, for the bubblewrap process itself.
+    /// Only limits and `no_new_privs`, for the bubblewrap process itself or no sandbox.
     pub(crate) fn limits_only(limits: &Limits) -> Result<(Self, ParentSide)> {
         let (err_read, err_write) = pipe()?;
         Ok((
             Self {
-                uid_map: Vec::new(),
-                gid_map: Vec::new(),
-                ro_binds: Vec::new(),
-                hidden: Vec::new(),
-                unshare_net: false,
+                mode: ChildMode::LimitsOnly,
                 proxy_sock: None,
                 rlimits: rlimits(limits),
-                ruleset: None,
-                seccomp: None,
                 err_pipe: err_write,
-                limits_only: true,
                 cgroup_procs: None,
             },
             ParentSide {
@@ -515,11 +467,6 @@ impl ChildSetup {
         ))
     }
 
-    /// The read-only binds of this command (path, mount flags to keep), for the spawner.
-    pub(crate) fn binds(&self) -> impl Iterator<Item = (&std::ffi::CStr, libc::c_ulong)> {
-        self.ro_binds.iter().map(|b| (b.path.as_c_str(), b.keep))
-    }
-
     /// Write end of the step-report pipe.
     pub(crate) fn err_fd(&self) -> RawFd {
         self.err_pipe.as_raw_fd()
@@ -528,11 +475,6 @@ impl ChildSetup {
     /// Child end of the proxy socket pair, in `allowlist` mode.
     pub(crate) fn proxy_fd(&self) -> Option<RawFd> {
         self.proxy_sock.as_ref().map(AsRawFd::as_raw_fd)
-    }
-
-    /// Descriptors the setup itself needs open in the child (the Landlock ruleset).
-    pub(crate) fn kept_fds(&self) -> Vec<RawFd> {
-        self.ruleset.iter().map(|r| r.as_raw_fd()).collect()
     }
 
     /// Join this pids cgroup first thing in the child.
@@ -546,93 +488,47 @@ impl ChildSetup {
     /// # Safety
     /// Must be called only in the child between `fork` and `exec`.
     pub(crate) unsafe fn apply(&self) -> std::io::Result<()> {
-        // SAFETY: forwarded from the caller; the iterator only borrows prepared CStrings.
-        unsafe { self.apply_with(self.binds(), self.err_fd(), self.proxy_fd()) }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.apply_with(self.err_fd(), self.proxy_fd()) }
     }
 
-    /// [`apply`](Self::apply) with the per-command parts given separately: the read-only
-    /// binds (path, flags to keep), the step-report descriptor and the proxy socket. The
-    /// executor's spawner keeps one `ChildSetup` as a template and passes these per command.
+    /// [`apply`](Self::apply) with the step-report descriptor and the proxy socket given
+    /// separately (the spawner passes its own copies).
     ///
     /// # Safety
-    /// As [`apply`](Self::apply); `binds` must not allocate.
-    pub(crate) unsafe fn apply_with<'b>(
+    /// As [`apply`](Self::apply).
+    pub(crate) unsafe fn apply_with(
         &self,
-        binds: impl Iterator<Item = (&'b std::ffi::CStr, libc::c_ulong)>,
         err_fd: RawFd,
         proxy_fd: Option<RawFd>,
     ) -> std::io::Result<()> {
         // SAFETY (whole body): plain system calls on memory prepared before the fork.
         unsafe {
-            let fail = |step: u8| -> std::io::Error {
-                let e = std::io::Error::last_os_error();
-                libc::write(err_fd, (&step as *const u8).cast(), 1);
-                e
-            };
-            let check = |r: libc::c_int, step: u8| -> std::io::Result<()> {
-                if r == 0 { Ok(()) } else { Err(fail(step)) }
+            let check = |r: libc::c_int| -> std::io::Result<()> {
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
             };
             if let Some(procs) = &self.cgroup_procs {
-                check(write_file(procs, b"0"), 13)?;
+                check(write_file(procs, b"0"))?;
             }
-            if !self.limits_only {
-                let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
-                if self.unshare_net {
-                    flags |= libc::CLONE_NEWNET;
-                }
-                check(libc::unshare(flags), 0)?;
-                check(write_file(c"/proc/self/setgroups", b"deny"), 1)?;
-                check(write_file(c"/proc/self/uid_map", &self.uid_map), 1)?;
-                check(write_file(c"/proc/self/gid_map", &self.gid_map), 1)?;
-                check(
-                    libc::mount(
-                        std::ptr::null(),
-                        c"/".as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_REC | libc::MS_PRIVATE,
-                        std::ptr::null(),
-                    ),
-                    2,
-                )?;
-                for (path, keep) in binds {
-                    check(
-                        libc::mount(
-                            path.as_ptr(),
-                            path.as_ptr(),
-                            std::ptr::null(),
-                            libc::MS_BIND | libc::MS_REC,
-                            std::ptr::null(),
-                        ),
-                        3,
-                    )?;
-                    check(
-                        libc::mount(
-                            std::ptr::null(),
-                            path.as_ptr(),
-                            std::ptr::null(),
-                            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | keep,
-                            std::ptr::null(),
-                        ),
-                        3,
-                    )?;
-                }
-                for h in &self.hidden {
-                    check(
-                        libc::mount(
-                            c"tmpfs".as_ptr(),
-                            h.as_ptr(),
-                            c"tmpfs".as_ptr(),
-                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                            c"size=4k,mode=755".as_ptr().cast(),
-                        ),
-                        4,
-                    )?;
-                }
-                if self.unshare_net {
-                    loopback_up().map_err(|_| fail(5))?;
-                }
-                if let Some(sock) = proxy_fd {
-                    proxy_listener(sock).map_err(|_| fail(6))?;
+            // Nothing the agent holds open reaches the command: every descriptor above the
+            // standard streams closes at exec (close-on-exec rather than closed, so the
+            // spawning code's own exec-error pipe keeps working until then).
+            if libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if self.mode == ChildMode::Helper {
+                for fd in std::iter::once(err_fd).chain(proxy_fd) {
+                    check(libc::fcntl(fd, libc::F_SETFD, 0).min(0))?;
                 }
             }
             for &(res, v) in &self.rlimits {
@@ -640,83 +536,15 @@ impl ChildSetup {
                     rlim_cur: v,
                     rlim_max: v,
                 };
-                check(libc::setrlimit(res, &lim), 7)?;
+                check(libc::setrlimit(res, &lim))?;
             }
-            if !self.limits_only {
-                // An empty bounding set: exec as (namespaced) root grants no capabilities.
-                for cap in 0..64 {
-                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
-                        && *libc::__errno_location() != libc::EINVAL
-                    {
-                        return Err(fail(8));
-                    }
-                }
-                check(
-                    libc::prctl(
-                        libc::PR_CAP_AMBIENT,
-                        libc::PR_CAP_AMBIENT_CLEAR_ALL,
-                        0,
-                        0,
-                        0,
-                    ),
-                    8,
-                )?;
-            }
-            check(
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
-                12,
-            )?;
-            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 9)?;
-            if let Some(rs) = &self.ruleset {
-                let r = libc::syscall(libc::SYS_landlock_restrict_self, rs.as_raw_fd(), 0u32);
-                check(if r == 0 { 0 } else { -1 }, 10)?;
-            }
-            if let Some(prog) = &self.seccomp {
-                let fprog = libc::sock_fprog {
-                    len: prog.len() as libc::c_ushort,
-                    filter: prog.as_ptr() as *mut libc::sock_filter,
-                };
-                check(
-                    libc::prctl(
-                        libc::PR_SET_SECCOMP,
-                        libc::SECCOMP_MODE_FILTER,
-                        &fprog as *const libc::sock_fprog,
-                        0,
-                        0,
-                    ),
-                    11,
-                )?;
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+            if self.mode == ChildMode::LimitsOnly {
+                check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
             }
             Ok(())
         }
     }
-}
-
-/// The mount flags of `path`'s mount that a read-only remount in a user namespace must keep.
-fn mount_flags(path: &Path) -> Result<libc::c_ulong> {
-    let c = cstring(path)?;
-    // SAFETY: statvfs writes into a zeroed struct we own.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(Error::SandboxSetup {
-            what: path.display().to_string(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    let mut keep = 0;
-    for (st_flag, ms_flag) in [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-        (libc::ST_NOATIME, libc::MS_NOATIME),
-        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
-    ] {
-        if st.f_flag & st_flag != 0 {
-            keep |= ms_flag;
-        }
-    }
-    Ok(keep)
 }
 
 /// open/write/close; async-signal-safe.
@@ -734,7 +562,7 @@ pub(crate) unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> libc::c_i
 }
 
 /// `ip link set lo up` in the child's new network namespace.
-unsafe fn loopback_up() -> std::result::Result<(), ()> {
+pub(crate) unsafe fn loopback_up() -> std::result::Result<(), ()> {
     // SAFETY: plain system calls on a zeroed ifreq we own.
     unsafe {
         let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
@@ -754,7 +582,7 @@ unsafe fn loopback_up() -> std::result::Result<(), ()> {
 
 /// Listen on 127.0.0.1:PROXY_PORT inside the child's network namespace and pass the
 /// listening socket to the parent over `sock`.
-unsafe fn proxy_listener(sock: RawFd) -> std::result::Result<(), ()> {
+pub(crate) unsafe fn proxy_listener(sock: RawFd) -> std::result::Result<(), ()> {
     // SAFETY: plain system calls on zeroed structs and stack buffers we own.
     unsafe {
         let l = libc::socket(
@@ -850,13 +678,14 @@ pub(crate) fn recv_fd(sock: &OwnedFd) -> std::io::Result<OwnedFd> {
     }
 }
 
-/// The bubblewrap command line that wraps `argv`.
+/// The bubblewrap command line that builds the same view (`mounts`, parents first) and wraps
+/// the command that follows it.
 pub(crate) fn bwrap_args(
     worktree: &Path,
-    private: &Path,
-    writable: &[PathBuf],
+    mounts: &[super::helper::Mount],
     network: NetworkMode,
 ) -> Vec<std::ffi::OsString> {
+    use super::helper::Mount;
     let mut a: Vec<std::ffi::OsString> = Vec::new();
     for f in [
         "--die-with-parent",
@@ -869,36 +698,51 @@ pub(crate) fn bwrap_args(
         "--unshare-cgroup-try",
         "--cap-drop",
         "ALL",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
     ] {
         a.push(f.into());
     }
     if network != NetworkMode::On {
         a.push("--unshare-net".into());
-        for h in hidden_dirs() {
-            a.push("--tmpfs".into());
-            a.push(h.into());
+    }
+    let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
+    for m in mounts {
+        match m {
+            Mount::Bind { src, dest, rw } => {
+                let flag = if *rw { "--bind" } else { "--ro-bind" };
+                push(&[flag.as_ref(), src.as_os_str(), dest.as_os_str()]);
+            }
+            Mount::Tmpfs { dest, size, .. } => {
+                let size = size.to_string();
+                push(&[
+                    "--size".as_ref(),
+                    size.as_ref(),
+                    "--tmpfs".as_ref(),
+                    dest.as_os_str(),
+                ]);
+            }
+            Mount::Symlink { target, dest } => {
+                push(&["--symlink".as_ref(), target.as_os_str(), dest.as_os_str()]);
+            }
+            Mount::Hide { dest } => match std::fs::symlink_metadata(dest) {
+                Ok(meta) if meta.is_dir() => push(&[
+                    "--tmpfs".as_ref(),
+                    dest.as_os_str(),
+                    "--remount-ro".as_ref(),
+                    dest.as_os_str(),
+                ]),
+                Ok(meta) if meta.is_file() => {
+                    push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), dest.as_os_str()]);
+                }
+                _ => {}
+            },
+            Mount::Proc { dest } => push(&["--proc".as_ref(), dest.as_os_str()]),
+            Mount::Dev { dest, .. } => push(&["--dev".as_ref(), dest.as_os_str()]),
         }
     }
-    let mut bind = |flag: &str, p: &Path| {
-        a.push(flag.into());
-        a.push(p.into());
-        a.push(p.into());
-    };
-    bind("--bind", private);
-    bind("--bind", worktree);
-    for w in writable {
-        bind("--bind", w);
-    }
-    for g in git_dirs(worktree) {
-        bind("--ro-bind", &g);
-    }
+    // The root itself (bubblewrap's tmpfs holding the mount points) is read-only, as under
+    // the helper.
+    a.push("--remount-ro".into());
+    a.push("/".into());
     a.push("--chdir".into());
     a.push(worktree.into());
     a.push("--".into());
@@ -935,7 +779,7 @@ mod tests {
         let on = seccomp_program(NetworkMode::On).unwrap();
         // The socket rules add instructions; `on` has none for socket().
         assert!(
-            off.len() > on.len() && allow.len() > off.len(),
+            off.len() > on.len() && allow.len() == off.len(),
             "{} {} {}",
             off.len(),
             allow.len(),
@@ -945,9 +789,23 @@ mod tests {
 
     #[test]
     fn bwrap_args_bind_git_read_only_after_the_worktree() {
+        use crate::exec::helper::Mount;
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join(".git")).unwrap();
-        let args: Vec<String> = bwrap_args(d.path(), Path::new("/p"), &[], NetworkMode::Off)
+        let mut mounts = vec![
+            Mount::Bind {
+                src: d.path().join(".git"),
+                dest: d.path().join(".git"),
+                rw: false,
+            },
+            Mount::Bind {
+                src: d.path().to_path_buf(),
+                dest: d.path().to_path_buf(),
+                rw: true,
+            },
+        ];
+        crate::exec::view::sort(&mut mounts);
+        let args: Vec<String> = bwrap_args(d.path(), &mounts, NetworkMode::Off)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
@@ -959,7 +817,7 @@ mod tests {
         assert!(git > wt && args[git - 1] == "--ro-bind", "{args:?}");
         assert!(args.contains(&"--unshare-net".to_string()));
         assert_eq!(args.last().map(String::as_str), Some("--"));
-        let on = bwrap_args(d.path(), Path::new("/p"), &[], NetworkMode::On);
+        let on = bwrap_args(d.path(), &mounts, NetworkMode::On);
         assert!(!on.iter().any(|a| a == "--unshare-net"));
     }
 }

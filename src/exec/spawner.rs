@@ -34,6 +34,11 @@ use super::sandbox::ChildSetup;
 /// Size of the request mapping: enough for any command line `execve` accepts.
 const SHM_LEN: usize = 8 << 20;
 
+/// Where a command forked by the spawner finds its step pipe and proxy socket.
+pub(crate) const STEP_FD: RawFd = 3;
+/// See [`STEP_FD`].
+pub(crate) const PROXY_FD: RawFd = 4;
+
 const READY: u32 = 0;
 const STARTED: u32 = 1;
 const EXITED: u32 = 2;
@@ -49,16 +54,6 @@ struct Header {
     path: *const c_char,
     argv: *const *const c_char,
     envp: *const *const c_char,
-    binds: *const Bind,
-    nbinds: usize,
-}
-
-/// One read-only bind of the request.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Bind {
-    path: *const c_char,
-    keep: libc::c_ulong,
 }
 
 /// A reply from the spawner.
@@ -175,8 +170,8 @@ pub(crate) struct Launch<'a> {
     pub argv: &'a [&'a [u8]],
     /// `NAME=value` entries.
     pub env: &'a [(String, String)],
-    /// This command's sandbox setup (binds, step pipe, proxy socket); the constant parts
-    /// come from the spawner's template.
+    /// This command's sandbox setup (step pipe, proxy socket); the constant parts come from
+    /// the spawner's template.
     pub setup: &'a ChildSetup,
     /// The command's standard output and error (write ends).
     pub stdout: RawFd,
@@ -216,10 +211,7 @@ impl Spawner {
         let shm = Shm::new()?;
         let (ours, theirs) = seqpacket_pair()?;
         let cwd = CString::new(cwd.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let mut keep = template.kept_fds();
-        keep.push(theirs.as_raw_fd());
-        keep.sort_unstable();
-        keep.dedup();
+        let keep = vec![theirs.as_raw_fd()];
         // SAFETY: getpid cannot fail.
         let parent = unsafe { libc::getpid() };
         let procs = cgroup.procs.clone();
@@ -387,33 +379,13 @@ impl Spawner {
             .collect::<std::io::Result<Vec<_>>>()?;
         let argv = w.ptrs(&argv)?;
         let envp = w.ptrs(&envp)?;
-        let binds = l
-            .setup
-            .binds()
-            .map(|(p, keep)| {
-                Ok(Bind {
-                    path: w.str(p.to_bytes())?,
-                    keep,
-                })
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let bp = w
-            .alloc(
-                std::mem::size_of::<Bind>() * binds.len().max(1),
-                std::mem::align_of::<Bind>(),
-            )?
-            .cast::<Bind>();
-        // SAFETY: `bp` is aligned with room for the binds; the header slot at offset 0 is
-        // aligned (the mapping is page-aligned) and reserved.
+        // SAFETY: the header slot at offset 0 is aligned (the mapping is page-aligned) and
+        // reserved.
         unsafe {
-            std::ptr::copy_nonoverlapping(binds.as_ptr(), bp, binds.len());
-            self.shm.0.cast::<Header>().write(Header {
-                path,
-                argv,
-                envp,
-                binds: bp.cast_const(),
-                nbinds: binds.len(),
-            });
+            self.shm
+                .0
+                .cast::<Header>()
+                .write(Header { path, argv, envp });
         }
         Ok(())
     }
@@ -803,6 +775,9 @@ unsafe fn command_child(
 ) -> ! {
     // SAFETY (whole body): system calls on memory prepared before the fork; no allocation.
     unsafe {
+        // Out of the way of the numbers the helper's descriptors are given below.
+        let moved = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, 10);
+        let status = if moved < 0 { status } else { moved };
         let report = |e: i32| -> ! {
             libc::write(status, (&e as *const i32).cast(), 4);
             libc::_exit(127)
@@ -826,10 +801,20 @@ unsafe fn command_child(
         if libc::chdir(cwd.as_ptr()) != 0 {
             report(errno());
         }
-        let binds = std::slice::from_raw_parts(header.binds, header.nbinds)
-            .iter()
-            .map(|b| (CStr::from_ptr(b.path), b.keep));
-        if let Err(e) = template.apply_with(binds, step, proxy) {
+        // The step pipe and the proxy socket at the numbers the helper is told: 3 and 4
+        // (moved out of the way first, so neither lands on the other).
+        let high_step = libc::fcntl(step, libc::F_DUPFD_CLOEXEC, 10);
+        let high_proxy = proxy.map(|p| libc::fcntl(p, libc::F_DUPFD_CLOEXEC, 10));
+        if high_step < 0 || high_proxy.is_some_and(|p| p < 0) {
+            report(errno());
+        }
+        if libc::dup2(high_step, STEP_FD) < 0
+            || high_proxy.is_some_and(|p| libc::dup2(p, PROXY_FD) < 0)
+        {
+            report(errno());
+        }
+        let proxy = high_proxy.map(|_| PROXY_FD);
+        if let Err(e) = template.apply_with(STEP_FD, proxy) {
             report(e.raw_os_error().unwrap_or(libc::EPERM));
         }
         libc::execve(header.path, header.argv, header.envp);

@@ -16,4 +16,5 @@ mod server_limits;
 mod store;
 mod tools;
 mod verify;
+mod view;
 mod workspace;

@@ -1,0 +1,825 @@
+//! The sandbox helper: the agent's own binary, exec'd fresh with a hidden first argument, that
+//! builds a command's view of the machine and runs the command in it.
+//!
+//! Everything between `fork` and `exec` in the agent is restricted to async-signal-safe system
+//! calls (the agent is multithreaded; one allocation there can deadlock). The helper is a new
+//! process image instead, single-threaded, so the namespace and mount set-up is ordinary Rust.
+//! It is reached through an `.init_array` hook that every binary linking this library carries
+//! (the agent, `bench-exec`, test harnesses): when `argv[1]` is [`HELPER_ARG`], the hook runs
+//! the helper and exits before `main`; any other process returns from the hook at once.
+//!
+//! What the helper does, in order:
+//!
+//! 1. closes every descriptor but the standard streams and the two it was given (`close_range`);
+//! 2. `unshare`s a user namespace mapping its own uid and gid, then mount, pid, IPC and UTS
+//!    namespaces, and a network namespace unless the network is on;
+//! 3. forks the namespace's init (pid 1), which builds the view: a fresh tmpfs as root
+//!    (`pivot_root`, as bubblewrap does), read-only binds of what the [`Spec`] names, the
+//!    worktree read-write with its `.git` directories read-only, bounded tmpfs `$HOME`, `/tmp`
+//!    and `/dev/shm`, a new `/proc` for the pid namespace, a minimal `/dev`; the host's root
+//!    is then detached, so nothing else of the machine is reachable by any path;
+//! 4. init brings up `lo` (and, for `allowlist`, hands the proxy's listening socket to the
+//!    agent), then forks the command, which sets its resource limits, drops every capability,
+//!    sets `no_new_privs`, enters a Landlock domain over the view and a seccomp filter, and
+//!    `exec`s;
+//! 5. init reaps everything until the command exits, then exits itself: the kernel kills every
+//!    process left in the pid namespace, and init's exit completes only once they are gone;
+//! 6. the helper (outside the pid namespace) ends the way the command ended (same exit code,
+//!    or the same signal), so the executor sees the command's status.
+//!
+//! A failure before the command runs is written to the step descriptor as an errno and a
+//! message, and the helper exits with [`SETUP_FAILED`].
+
+use std::ffi::{CStr, CString, OsString, c_char, c_int};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::NetworkMode;
+
+/// `argv[1]` that makes a binary linking this library act as the sandbox helper.
+pub(crate) const HELPER_ARG: &str = "__git-agent-sandbox";
+
+/// Exit code of the helper when the sandbox could not be set up (the step descriptor says why).
+pub(crate) const SETUP_FAILED: i32 = 125;
+
+/// Set by the hook in every process that carries it.
+static HOOK_RAN: AtomicBool = AtomicBool::new(false);
+
+/// glibc calls `.init_array` entries of the executable with `argc`, `argv` and `envp`.
+type InitFn = extern "C" fn(c_int, *const *const c_char, *const *const c_char);
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static HOOK: InitFn = hook;
+
+extern "C" fn hook(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
+    HOOK_RAN.store(true, Ordering::Relaxed);
+    if argc < 2 || argv.is_null() {
+        return;
+    }
+    // SAFETY: glibc passes the process's own argc/argv, valid NUL-terminated strings.
+    let args: Vec<Vec<u8>> = unsafe {
+        let first = *argv.add(1);
+        if first.is_null() || CStr::from_ptr(first).to_bytes() != HELPER_ARG.as_bytes() {
+            return;
+        }
+        (0..argc as usize)
+            .map(|i| CStr::from_ptr(*argv.add(i)).to_bytes().to_vec())
+            .collect()
+    };
+    let code = main(&args);
+    // SAFETY: ends the helper without running the host program's `main`.
+    unsafe { libc::_exit(code) }
+}
+
+/// Whether this binary carries the helper (the hook ran at start-up). Referencing the hook
+/// here also keeps the linker from dropping it from binaries that use the executor.
+pub(crate) fn available() -> bool {
+    std::hint::black_box(&HOOK);
+    HOOK_RAN.load(Ordering::Relaxed)
+}
+
+/// What the view holds and how the command runs: made by the executor, read by the helper.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    /// Mounts in the order they are made (parents before children).
+    pub mounts: Vec<Mount>,
+    /// Give the command its own network namespace (only `lo`).
+    pub unshare_net: bool,
+    /// Network mode, for the seccomp filter and the Landlock TCP rules.
+    pub network: NetworkMode,
+    /// Working directory of the command (inside the view).
+    pub cwd: PathBuf,
+    /// Paths (inside the view) the Landlock domain lets the command write.
+    pub writable: Vec<PathBuf>,
+    /// `(resource, limit)` pairs set on the command.
+    pub rlimits: Vec<(u32, u64)>,
+    /// Descriptor for the failure report.
+    pub step_fd: RawFd,
+    /// Descriptor the proxy's listening socket is sent on (`allowlist`).
+    pub proxy_fd: Option<RawFd>,
+}
+
+/// One mount of the view; paths are the host's for sources and the view's for destinations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Mount {
+    /// A bind mount (recursive), read-only unless `rw`.
+    Bind {
+        /// Host path.
+        src: PathBuf,
+        /// Path in the view.
+        dest: PathBuf,
+        /// Writable.
+        rw: bool,
+    },
+    /// A fresh tmpfs of at most `size` bytes.
+    Tmpfs {
+        /// Path in the view.
+        dest: PathBuf,
+        /// Size limit in bytes.
+        size: u64,
+        /// Permission bits of its root.
+        mode: u32,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// What it points to.
+        target: PathBuf,
+        /// Path in the view.
+        dest: PathBuf,
+    },
+    /// Cover what is at `dest` (a file or a directory bound earlier) with an empty read-only one.
+    Hide {
+        /// Path in the view.
+        dest: PathBuf,
+    },
+    /// A new `/proc` for the pid namespace.
+    Proc {
+        /// Path in the view.
+        dest: PathBuf,
+    },
+    /// A minimal `/dev`: a few device nodes bound from the host, a private `devpts`, `shm`.
+    Dev {
+        /// Path in the view.
+        dest: PathBuf,
+        /// Size of `/dev/shm` in bytes.
+        shm_size: u64,
+    },
+}
+
+impl Mount {
+    /// Where it appears in the view.
+    pub(crate) fn dest(&self) -> &Path {
+        match self {
+            Mount::Bind { dest, .. }
+            | Mount::Tmpfs { dest, .. }
+            | Mount::Symlink { dest, .. }
+            | Mount::Hide { dest }
+            | Mount::Proc { dest }
+            | Mount::Dev { dest, .. } => dest,
+        }
+    }
+}
+
+/// The helper's command line: `argv[0]`, the hidden argument, the spec, `--`, the command.
+pub(crate) fn command_line(spec: &Spec, argv: &[OsString]) -> std::io::Result<Vec<OsString>> {
+    let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
+    let mut a: Vec<OsString> = vec![
+        "git-agent-sandbox".into(),
+        HELPER_ARG.into(),
+        json.into(),
+        "--".into(),
+    ];
+    a.extend(argv.iter().cloned());
+    Ok(a)
+}
+
+/// A failure before the command ran: the errno and what was being done.
+struct Failure {
+    errno: i32,
+    what: String,
+}
+
+type Step<T = ()> = std::result::Result<T, Failure>;
+
+fn last_err(what: impl FnOnce() -> String) -> Failure {
+    Failure {
+        errno: std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+        what: what(),
+    }
+}
+
+fn io_err(e: std::io::Error, what: impl FnOnce() -> String) -> Failure {
+    Failure {
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+        what: what(),
+    }
+}
+
+fn check(r: c_int, what: impl FnOnce() -> String) -> Step {
+    if r == 0 { Ok(()) } else { Err(last_err(what)) }
+}
+
+/// Write the failure record (errno, little-endian, then the message) in one `write`.
+fn report(fd: RawFd, f: &Failure) {
+    let mut buf = f.errno.to_le_bytes().to_vec();
+    buf.extend_from_slice(f.what.as_bytes());
+    buf.truncate(libc::PIPE_BUF);
+    // SAFETY: writes a buffer we own.
+    unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+}
+
+/// Read a failure record written by the helper: `(errno, message)`.
+pub(crate) fn read_failure(fd: RawFd) -> Option<(i32, String)> {
+    let mut buf = [0u8; libc::PIPE_BUF];
+    // SAFETY: reads into a stack buffer from a descriptor the caller owns.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 4 {
+        return None;
+    }
+    let n = n as usize;
+    let errno = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    Some((errno, String::from_utf8_lossy(&buf[4..n]).into_owned()))
+}
+
+fn cpath(p: &Path) -> CString {
+    // Paths come from the spec, which came from `Path`s: no interior NUL (a NUL would make
+    // this an empty path, which every call below refuses).
+    CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// The helper's `main`. `args` is the whole command line.
+fn main(args: &[Vec<u8>]) -> i32 {
+    let Some(spec) = args
+        .get(2)
+        .and_then(|s| serde_json::from_slice::<Spec>(s).ok())
+    else {
+        return SETUP_FAILED;
+    };
+    let argv: Vec<CString> = args
+        .iter()
+        .skip(4)
+        .filter_map(|a| CString::new(a.clone()).ok())
+        .collect();
+    if argv.is_empty() || args.get(3).map(Vec::as_slice) != Some(b"--") {
+        return SETUP_FAILED;
+    }
+    let mut keep = vec![spec.step_fd];
+    keep.extend(spec.proxy_fd);
+    close_all_but(&mut keep);
+    for &fd in &keep {
+        // SAFETY: the command must not inherit these; init and the helper keep them open.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    match outer(&spec, &argv) {
+        Ok(code) => code,
+        Err(f) => {
+            report(spec.step_fd, &f);
+            SETUP_FAILED
+        }
+    }
+}
+
+/// Close every descriptor from 3 up except `keep`.
+fn close_all_but(keep: &mut [RawFd]) {
+    keep.sort_unstable();
+    let mut lo: u32 = 3;
+    let close = |lo: u32, hi: u32| {
+        // SAFETY: closes descriptors of this single-threaded process.
+        unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0u32) };
+    };
+    for &k in keep.iter() {
+        let Ok(k) = u32::try_from(k) else { continue };
+        if k < lo {
+            continue;
+        }
+        if k > lo {
+            close(lo, k - 1);
+        }
+        lo = k + 1;
+    }
+    close(lo, u32::MAX);
+}
+
+fn write_file(path: &str, data: &str) -> Step {
+    std::fs::write(path, data).map_err(|e| io_err(e, || format!("write {path}")))
+}
+
+/// Namespaces, then init; returns the exit code the helper ends with (or re-raises the
+/// command's signal and does not return).
+fn outer(spec: &Spec, argv: &[CString]) -> Step<i32> {
+    // SAFETY (whole body): system calls on memory we own; this process is single-threaded.
+    unsafe {
+        let (uid, gid) = (libc::geteuid(), libc::getegid());
+        check(libc::unshare(libc::CLONE_NEWUSER), || {
+            "create a user namespace".into()
+        })?;
+        write_file("/proc/self/setgroups", "deny")?;
+        write_file("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
+        write_file("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))?;
+        let mut flags =
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        if spec.unshare_net {
+            flags |= libc::CLONE_NEWNET;
+        }
+        check(libc::unshare(flags), || {
+            "create mount, pid, IPC, UTS and network namespaces".into()
+        })?;
+        let mut status_pipe = [0; 2];
+        check(
+            libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC),
+            || "status pipe".into(),
+        )?;
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(last_err(|| "fork the namespace's init".into()));
+        }
+        if pid == 0 {
+            libc::close(status_pipe[0]);
+            // The namespace dies with the helper: a helper killed by the executor (timeout,
+            // process group kill) takes init, and so every process of the command, with it.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            let code = match init(spec, argv, status_pipe[1]) {
+                Ok(()) => 0,
+                Err(f) => {
+                    report(spec.step_fd, &f);
+                    SETUP_FAILED
+                }
+            };
+            libc::_exit(code);
+        }
+        libc::close(status_pipe[1]);
+        let mut st = 0;
+        while libc::waitpid(pid, &mut st, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                return Err(last_err(|| "wait for the namespace's init".into()));
+            }
+        }
+        let mut cmd_status: c_int = 0;
+        let n = libc::read(status_pipe[0], (&mut cmd_status as *mut c_int).cast(), 4);
+        if n != 4 {
+            // Init ended without a command status: it failed (and reported why) or was killed.
+            if libc::WIFEXITED(st) {
+                return Ok(libc::WEXITSTATUS(st));
+            }
+            cmd_status = st;
+        }
+        if libc::WIFSIGNALED(cmd_status) {
+            let sig = libc::WTERMSIG(cmd_status);
+            let core = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &core);
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            return Ok(128 + sig);
+        }
+        Ok(libc::WEXITSTATUS(cmd_status))
+    }
+}
+
+/// The namespace's init: build the view, start the command, reap until it exits, then write
+/// its wait status to `status_fd`.
+fn init(spec: &Spec, argv: &[CString], status_fd: RawFd) -> Step {
+    build_view(spec)?;
+    if spec.unshare_net {
+        // SAFETY: plain system calls in the new network namespace.
+        unsafe { super::sandbox::loopback_up() }.map_err(|()| last_err(|| "bring up lo".into()))?;
+    }
+    if let Some(fd) = spec.proxy_fd {
+        // SAFETY: plain system calls; `fd` is the socket the executor gave us.
+        unsafe { super::sandbox::proxy_listener(fd) }
+            .map_err(|()| last_err(|| "open the proxy socket".into()))?;
+        // SAFETY: the command has no use for it.
+        unsafe { libc::close(fd) };
+    }
+    // Prepared before the fork so the child only applies them.
+    let ruleset =
+        super::sandbox::landlock_ruleset(&spec.writable, spec.network).map_err(|e| Failure {
+            errno: libc::EPERM,
+            what: e.to_string(),
+        })?;
+    let seccomp = super::sandbox::seccomp_program(spec.network).map_err(|e| Failure {
+        errno: libc::EINVAL,
+        what: e.to_string(),
+    })?;
+    let cwd = cpath(&spec.cwd);
+    // SAFETY (rest): system calls; the child execs or exits.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(last_err(|| "fork the command".into()));
+        }
+        if pid == 0 {
+            libc::close(status_fd);
+            let f = match confine_and_exec(spec, argv, &cwd, ruleset.as_raw_fd(), &seccomp) {
+                Err(f) => f,
+                Ok(never) => match never {},
+            };
+            report(spec.step_fd, &f);
+            libc::_exit(127);
+        }
+        drop(ruleset);
+        libc::close(spec.step_fd);
+        loop {
+            let mut st = 0;
+            let r = libc::waitpid(-1, &mut st, 0);
+            if r == pid {
+                libc::write(status_fd, (&st as *const c_int).cast(), 4);
+                return Ok(());
+            }
+            if r < 0 && *libc::__errno_location() != libc::EINTR {
+                return Err(last_err(|| "wait for the command".into()));
+            }
+        }
+    }
+}
+
+enum Never {}
+
+/// In the command's process: limits, no capabilities, `no_new_privs`, Landlock, seccomp, exec.
+fn confine_and_exec(
+    spec: &Spec,
+    argv: &[CString],
+    cwd: &CStr,
+    ruleset: RawFd,
+    seccomp: &[seccompiler::sock_filter],
+) -> Step<Never> {
+    // SAFETY (whole body): system calls on memory we own.
+    unsafe {
+        check(libc::chdir(cwd.as_ptr()), || {
+            format!("enter {}", spec.cwd.display())
+        })?;
+        for &(res, v) in &spec.rlimits {
+            let lim = libc::rlimit {
+                rlim_cur: v,
+                rlim_max: v,
+            };
+            check(libc::setrlimit(res as _, &lim), || {
+                format!("set resource limit {res}")
+            })?;
+        }
+        // An empty bounding set: exec as (namespaced) root grants no capabilities.
+        for cap in 0..64 {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
+                && *libc::__errno_location() != libc::EINVAL
+            {
+                return Err(last_err(|| "drop capabilities".into()));
+            }
+        }
+        check(
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            ),
+            || "clear ambient capabilities".into(),
+        )?;
+        check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), || {
+            "set no_new_privs".into()
+        })?;
+        let r = libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32);
+        if r != 0 {
+            return Err(last_err(|| "enter the landlock domain".into()));
+        }
+        libc::close(ruleset);
+        let fprog = libc::sock_fprog {
+            len: seccomp.len() as libc::c_ushort,
+            filter: seccomp.as_ptr() as *mut libc::sock_filter,
+        };
+        check(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const libc::sock_fprog,
+                0,
+                0,
+            ),
+            || "install the seccomp filter".into(),
+        )?;
+        let mut ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        libc::execvp(ptrs[0], ptrs.as_ptr());
+        let name = argv[0].to_string_lossy().into_owned();
+        Err(last_err(|| format!("exec {name}")))
+    }
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const AT_RECURSIVE: c_int = 0x8000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Set mount attributes on `path`'s mount and every mount below it.
+fn set_attr(path: &Path, attrs: u64, recursive: bool) -> Step {
+    let c = cpath(path);
+    let attr = MountAttr {
+        attr_set: attrs,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr reads `attr` (of the size given).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            if recursive { AT_RECURSIVE } else { 0 },
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+        return Err(last_err(|| format!("make {} read-only", path.display())));
+    }
+    // Before Linux 5.12: remount the top mount, keeping the flags a user namespace locks.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes into a struct we own.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(last_err(|| format!("statvfs {}", path.display())));
+    }
+    let mut flags = libc::MS_REMOUNT | libc::MS_BIND;
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+        (libc::ST_RDONLY, libc::MS_RDONLY),
+    ] {
+        if st.f_flag & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    if attrs & MOUNT_ATTR_RDONLY != 0 {
+        flags |= libc::MS_RDONLY;
+    }
+    if attrs & MOUNT_ATTR_NOSUID != 0 {
+        flags |= libc::MS_NOSUID;
+    }
+    if attrs & MOUNT_ATTR_NODEV != 0 {
+        flags |= libc::MS_NODEV;
+    }
+    // SAFETY: remount of an existing mount point.
+    check(
+        unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c.as_ptr(),
+                std::ptr::null(),
+                flags,
+                std::ptr::null(),
+            )
+        },
+        || format!("remount {} read-only", path.display()),
+    )
+}
+
+fn mount(
+    src: Option<&CStr>,
+    dest: &Path,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Step {
+    let d = cpath(dest);
+    let data = data.map(|s| CString::new(s).unwrap_or_default());
+    // SAFETY: all pointers are valid NUL-terminated strings or null.
+    check(
+        unsafe {
+            libc::mount(
+                src.map_or(std::ptr::null(), CStr::as_ptr),
+                d.as_ptr(),
+                fstype.map_or(std::ptr::null(), CStr::as_ptr),
+                flags,
+                data.as_ref()
+                    .map_or(std::ptr::null(), |s| s.as_ptr().cast()),
+            )
+        },
+        || format!("mount {}", dest.display()),
+    )
+}
+
+fn mkdirs(p: &Path) -> Step {
+    std::fs::create_dir_all(p).map_err(|e| io_err(e, || format!("create {}", p.display())))
+}
+
+/// An empty file to mount on (its parents created).
+fn touch(p: &Path) -> Step {
+    if let Some(parent) = p.parent() {
+        mkdirs(parent)?;
+    }
+    match std::fs::symlink_metadata(p) {
+        Ok(_) => Ok(()),
+        Err(_) => std::fs::File::create(p)
+            .map(drop)
+            .map_err(|e| io_err(e, || format!("create {}", p.display()))),
+    }
+}
+
+/// `base` joined with an absolute `p`.
+fn under(base: &Path, p: &Path) -> PathBuf {
+    base.join(p.strip_prefix("/").unwrap_or(p))
+}
+
+/// Build the view and make it the root (in init, inside the new namespaces).
+fn build_view(spec: &Spec) -> Step {
+    let base = Path::new("/tmp");
+    let old = Path::new("/oldroot");
+    let new = Path::new("/newroot");
+    // Nothing we mount reaches the host, nothing the host mounts later reaches us.
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
+    mkdirs(base)?;
+    mount(
+        Some(c"tmpfs"),
+        base,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("size=1m,mode=0755"),
+    )?;
+    mkdirs(&base.join("oldroot"))?;
+    mkdirs(&base.join("newroot"))?;
+    mount(
+        Some(c"tmpfs"),
+        &base.join("newroot"),
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("size=1m,mode=0755"),
+    )?;
+    let b = cpath(base);
+    let o = cpath(&base.join("oldroot"));
+    // SAFETY: pivot_root with two valid paths.
+    if unsafe { libc::syscall(libc::SYS_pivot_root, b.as_ptr(), o.as_ptr()) } != 0 {
+        return Err(last_err(|| "pivot_root onto a fresh tmpfs".into()));
+    }
+    std::env::set_current_dir("/").map_err(|e| io_err(e, || "chdir /".into()))?;
+    for m in &spec.mounts {
+        let dest = under(new, m.dest());
+        match m {
+            Mount::Bind { src, rw, .. } => {
+                let from = under(old, src);
+                let meta = std::fs::metadata(&from)
+                    .map_err(|e| io_err(e, || format!("bind {}", src.display())))?;
+                if meta.is_dir() {
+                    mkdirs(&dest)?;
+                } else {
+                    touch(&dest)?;
+                }
+                let f = cpath(&from);
+                mount(
+                    Some(f.as_c_str()),
+                    &dest,
+                    None,
+                    libc::MS_BIND | libc::MS_REC,
+                    None,
+                )?;
+                let attrs = if *rw {
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+                } else {
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+                };
+                set_attr(&dest, attrs, true)?;
+            }
+            Mount::Tmpfs { size, mode, .. } => {
+                mkdirs(&dest)?;
+                mount(
+                    Some(c"tmpfs"),
+                    &dest,
+                    Some(c"tmpfs"),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    Some(&format!("size={size},mode={mode:o}")),
+                )?;
+            }
+            Mount::Symlink { target, .. } => {
+                if let Some(parent) = dest.parent() {
+                    mkdirs(parent)?;
+                }
+                std::os::unix::fs::symlink(target, &dest)
+                    .map_err(|e| io_err(e, || format!("symlink {}", m.dest().display())))?;
+            }
+            Mount::Hide { .. } => match std::fs::symlink_metadata(&dest) {
+                Ok(meta) if meta.is_dir() => {
+                    mount(
+                        Some(c"tmpfs"),
+                        &dest,
+                        Some(c"tmpfs"),
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        Some("size=4k,mode=0"),
+                    )?;
+                }
+                Ok(meta) if meta.is_file() => {
+                    let empty = Path::new("/empty");
+                    touch(empty)?;
+                    let e = cpath(empty);
+                    mount(Some(e.as_c_str()), &dest, None, libc::MS_BIND, None)?;
+                    set_attr(
+                        &dest,
+                        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                        false,
+                    )?;
+                }
+                // Absent (or a symlink, which the view's root cannot follow out of): nothing to hide.
+                _ => {}
+            },
+            Mount::Proc { .. } => {
+                mkdirs(&dest)?;
+                mount(
+                    Some(c"proc"),
+                    &dest,
+                    Some(c"proc"),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    None,
+                )?;
+            }
+            Mount::Dev { shm_size, .. } => dev(old, &dest, *shm_size)?,
+        }
+    }
+    // Detach the host's root: from here on no path leads out of the view.
+    let o = cpath(old);
+    // SAFETY: umount2 of a mount point we made.
+    check(
+        unsafe { libc::umount2(o.as_ptr(), libc::MNT_DETACH) },
+        || "detach the host's root".into(),
+    )?;
+    std::env::set_current_dir(new).map_err(|e| io_err(e, || "chdir /newroot".into()))?;
+    // SAFETY: pivot_root(".", ".") stacks the old root on the new one; it is then detached.
+    unsafe {
+        if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0 {
+            return Err(last_err(|| "pivot_root into the view".into()));
+        }
+        check(libc::umount2(c".".as_ptr(), libc::MNT_DETACH), || {
+            "detach the set-up tmpfs".into()
+        })?;
+    }
+    std::env::set_current_dir("/").map_err(|e| io_err(e, || "chdir /".into()))?;
+    set_attr(
+        Path::new("/"),
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        false,
+    )
+}
+
+/// Device nodes a command gets, bound from the host.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+fn dev(old: &Path, dest: &Path, shm_size: u64) -> Step {
+    mkdirs(dest)?;
+    mount(
+        Some(c"tmpfs"),
+        dest,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("size=64k,mode=0755"),
+    )?;
+    for d in DEVICES {
+        let from = old.join("dev").join(d);
+        if std::fs::symlink_metadata(&from).is_err() {
+            continue;
+        }
+        let to = dest.join(d);
+        touch(&to)?;
+        let f = cpath(&from);
+        mount(Some(f.as_c_str()), &to, None, libc::MS_BIND, None)?;
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        std::os::unix::fs::symlink(target, dest.join(name))
+            .map_err(|e| io_err(e, || format!("symlink /dev/{name}")))?;
+    }
+    let pts = dest.join("pts");
+    mkdirs(&pts)?;
+    // A private devpts for ptys; a kernel that refuses it leaves /dev/pts empty (no ptys).
+    let _ = mount(
+        Some(c"devpts"),
+        &pts,
+        Some(c"devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    );
+    let shm = dest.join("shm");
+    mkdirs(&shm)?;
+    mount(
+        Some(c"tmpfs"),
+        &shm,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("size={shm_size},mode=1777")),
+    )
+}

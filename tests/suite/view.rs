@@ -1,0 +1,720 @@
+//! The sandbox as a view (issue 17; SECURITY.md 29–34): each case replays an attack a
+//! prompt-injected model made, on the root path (spawner, pids cgroup) and on the unprivileged
+//! path (run as `nobody` through `setpriv`: no cgroup, no spawner).
+//!
+//! Each case is an `#[ignore]`d inner test that this file's outer tests run in a child process
+//! of the test binary — with a fake `$HOME` full of canaries, and as `nobody` for the
+//! unprivileged path. An inner test run any other way (e.g. `--include-ignored`) returns at
+//! once: it needs the set-up its outer test makes.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use git_agent::config::{NetworkMode, SandboxMode};
+use git_agent::exec::{ExecOptions, ExecOutput, ExecRequest, Executor, LocalExecutor, Termination};
+
+const INNER: &str = "GIT_AGENT_VIEW_INNER";
+
+/// How the inner test runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Path_ {
+    /// As root (the spawner, a pids cgroup).
+    Root,
+    /// As root with the spawner turned off (each command the agent's child).
+    RootDirect,
+    /// As `nobody`: no cgroup, no spawner.
+    Nobody,
+    /// In a user namespace whose `user.max_user_namespaces` is 0: no user namespace can be
+    /// made, as on a machine that refuses them.
+    NoUserns,
+}
+
+/// Run the inner test `name` in a child process on `path`; panics with its output unless it
+/// passed. Nothing is skipped: a machine without `setpriv` fails the unprivileged cases.
+fn outer(name: &str, path: Path_) {
+    let exe = std::env::current_exe().unwrap();
+    let test = format!("suite::view::{name}");
+    let mut cmd = if path == Path_::NoUserns {
+        let mut c = Command::new("unshare");
+        c.args([
+            "-U",
+            "-r",
+            "--",
+            "sh",
+            "-c",
+            "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
+            "sh",
+        ]);
+        c.arg(&exe);
+        c
+    } else if path == Path_::Nobody {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]);
+        c.arg(&exe);
+        // nobody cannot read root's toolchains; the system's are enough here.
+        c.env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        );
+        c
+    } else {
+        Command::new(&exe)
+    };
+    cmd.args([
+        &test,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(INNER, format!("{path:?}"))
+    .env("TMPDIR", "/tmp")
+    .current_dir("/");
+    let out = cmd
+        .output()
+        .expect("run the inner test (is setpriv installed?)");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && all.contains("1 passed"),
+        "{name} on {path:?}:\n{all}"
+    );
+}
+
+/// The path this inner test runs on, or `None` when it was not started by its outer test.
+fn inner_path() -> Option<Path_> {
+    match std::env::var(INNER).ok()?.as_str() {
+        "Root" => Some(Path_::Root),
+        "RootDirect" => Some(Path_::RootDirect),
+        "Nobody" => Some(Path_::Nobody),
+        "NoUserns" => Some(Path_::NoUserns),
+        _ => None,
+    }
+}
+
+/// A scratch area laid out like a serving agent's machine: a fake `$HOME` with credentials,
+/// the agent's state directory with a job database, a sibling repository, and the worktree.
+struct Machine {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    home: PathBuf,
+    worktree: PathBuf,
+    sibling: PathBuf,
+    state_db: PathBuf,
+}
+
+const CANARY: &str = "canary-3b1f0e-view";
+
+fn machine() -> Machine {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let home = root.join("home");
+    for (f, body) in [
+        (
+            ".git-credentials",
+            format!("https://x:{CANARY}@github.com\n"),
+        ),
+        (
+            ".ssh/id_ed25519",
+            format!("-----BEGIN OPENSSH PRIVATE KEY----- {CANARY}\n"),
+        ),
+        (
+            ".config/git-agent/config.toml",
+            format!("api_key = \"{CANARY}\"\n"),
+        ),
+        ("app-key.pem", format!("{CANARY}\n")),
+    ] {
+        let p = home.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let state = root.join("state");
+    let sibling = state.join("repos/other/repo.git");
+    std::fs::create_dir_all(sibling.join("refs")).unwrap();
+    std::fs::write(sibling.join("conversation.jsonl"), CANARY).unwrap();
+    let state_db = state.join("jobs.sqlite");
+    std::fs::write(&state_db, format!("SQLite format 3\0{CANARY}")).unwrap();
+    let worktree = state.join("worktrees/mine");
+    std::fs::create_dir_all(&worktree).unwrap();
+    let g = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&worktree)
+        .status()
+        .unwrap();
+    assert!(g.success());
+    std::fs::write(worktree.join("README"), "hello\n").unwrap();
+    Machine {
+        _dir: dir,
+        root,
+        home,
+        worktree,
+        sibling,
+        state_db,
+    }
+}
+
+fn opts(path: Path_) -> ExecOptions {
+    ExecOptions {
+        sandbox: SandboxMode::Landlock,
+        network: NetworkMode::Off,
+        timeout: Duration::from_secs(60),
+        spawner: path != Path_::RootDirect,
+        ..ExecOptions::default()
+    }
+}
+
+fn text(out: &ExecOutput) -> String {
+    format!(
+        "{}{}",
+        out.stdout.to_text_lossy(),
+        out.stderr.to_text_lossy()
+    )
+}
+
+/// Run `body` on a fresh runtime after pointing `$HOME` at the machine's fake home (set
+/// before any other thread exists).
+fn with_home<F, Fut>(m: &Machine, body: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    // SAFETY: the inner test runs alone in its process and no thread has started yet.
+    unsafe { std::env::set_var("HOME", &m.home) };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(body());
+}
+
+async fn sh(exec: &LocalExecutor, script: &str) -> ExecOutput {
+    exec.run(ExecRequest::shell(script)).await.unwrap()
+}
+
+// --- 29: nothing outside the view -------------------------------------------------------
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_nothing_outside_the_view_is_readable() {
+    let Some(path) = inner_path() else { return };
+    let m = machine();
+    let mut o = opts(path);
+    o.writable = Vec::new();
+    with_home(&m, || async {
+        let exec = LocalExecutor::new(&m.worktree, o).unwrap();
+        let report = exec.sandbox();
+        assert!(!report.view.is_empty(), "{report:?}");
+        assert!(
+            report.summary().contains("namespaces user+mount+pid"),
+            "{}",
+            report.summary()
+        );
+        let probe = |p: &Path| {
+            format!(
+                "if [ -e '{0}' ] || [ -L '{0}' ]; then echo 'present:{0}'; cat '{0}' 2>/dev/null; fi\n",
+                p.display()
+            )
+        };
+        let mut script = String::new();
+        for p in [
+            m.home.join(".git-credentials"),
+            m.home.join(".ssh/id_ed25519"),
+            m.home.join(".ssh"),
+            m.home.join(".config/git-agent/config.toml"),
+            m.home.join("app-key.pem"),
+            m.home.clone(),
+            m.sibling.clone(),
+            m.sibling.join("conversation.jsonl"),
+            m.state_db.clone(),
+            m.root.join("state/repos"),
+            PathBuf::from("/root/.bashrc"),
+            PathBuf::from("/var/run"),
+            PathBuf::from("/run"),
+            PathBuf::from("/sys"),
+        ] {
+            script.push_str(&probe(&p));
+        }
+        script.push_str("ls -a /home /root 2>&1; echo ok-end\n");
+        let out = sh(&exec, &script).await;
+        let t = text(&out);
+        assert!(t.contains("ok-end"), "{t}");
+        assert!(
+            !t.contains("present:"),
+            "something outside the view is present:\n{t}"
+        );
+        assert!(!t.contains(CANARY), "a canary leaked:\n{t}");
+        // The worktree is there, read-write; its .git read-only.
+        let out = sh(
+            &exec,
+            "cat README && echo new > new-file && ! (echo x >> .git/config) 2>/dev/null && echo wt-ok",
+        )
+        .await;
+        assert!(text(&out).contains("wt-ok"), "{}", text(&out));
+        assert!(m.worktree.join("new-file").is_file());
+    });
+}
+
+// Guards 29: a command reads nothing of the agent's $HOME, state directory, other
+// repositories' mirrors and records, or the job database — each path is absent.
+#[test]
+fn nothing_outside_the_view_is_readable_as_root() {
+    outer("inner_nothing_outside_the_view_is_readable", Path_::Root);
+}
+
+// Guards 29 on the spawner-less root path.
+#[test]
+fn nothing_outside_the_view_is_readable_as_root_without_spawner() {
+    outer(
+        "inner_nothing_outside_the_view_is_readable",
+        Path_::RootDirect,
+    );
+}
+
+// Guards 29 on the unprivileged path.
+#[test]
+fn nothing_outside_the_view_is_readable_unprivileged() {
+    outer("inner_nothing_outside_the_view_is_readable", Path_::Nobody);
+}
+
+// Guards 29: /etc is in the view without its secrets (as root, uid 0 in the sandbox is the
+// kernel's uid 0, so file permissions alone would let it read /etc/shadow).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etc_shadow_is_not_readable_as_root() {
+    let m = machine();
+    let exec = LocalExecutor::new(&m.worktree, opts(Path_::Root)).unwrap();
+    let host = std::fs::read_to_string("/etc/shadow").unwrap_or_default();
+    let out = sh(
+        &exec,
+        "cat /etc/shadow /etc/gshadow 2>&1; ls /etc/sudoers.d 2>&1; cat /etc/passwd | head -1; echo end",
+    )
+    .await;
+    let t = text(&out);
+    assert!(t.contains("end") && t.contains("root:x:0"), "{t}");
+    if let Some(line) = host.lines().find(|l| l.starts_with("root:")) {
+        assert!(!t.contains(line), "/etc/shadow was read:\n{t}");
+    }
+    assert!(!t.contains("root:*:") && !t.contains("root:!"), "{t}");
+}
+
+// --- 30: own processes only, none outlives the command -----------------------------------
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_only_its_own_processes_and_none_outlives_it() {
+    let Some(path) = inner_path() else { return };
+    let m = machine();
+    let marker = format!("{CANARY}-argv");
+    // A host process with a canary in its argv (as `serve --status-token …` would be).
+    let mut host = Command::new("sh")
+        .args(["-c", "sleep 60", &marker])
+        .spawn()
+        .unwrap();
+    with_home(&m, || async {
+        let exec = LocalExecutor::new(&m.worktree, opts(path)).unwrap();
+        let out = sh(
+            &exec,
+            "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; echo; ls -d /proc/[0-9]* | wc -l; ps -e -o pid=,comm=",
+        )
+        .await;
+        let t = text(&out);
+        assert!(!t.contains(&marker), "a host process is visible:\n{t}");
+        assert!(!t.contains("sleep"), "{t}");
+        // The command (pid 2 under its init) and what it started, nothing else.
+        let pids: Vec<&str> = t
+            .lines()
+            .filter(|l| l.trim().parse::<u32>().is_ok() && l.starts_with(' '))
+            .collect();
+        assert!(pids.len() <= 6, "{t}");
+
+        // Daemons of every kind, each of which would write the worktree later.
+        let script = "\
+            setsid sh -c 'sleep 2; echo late > setsid.txt' >/dev/null 2>&1 &\n\
+            (sh -c 'sleep 2; echo late > double.txt' >/dev/null 2>&1 &) &\n\
+            nohup sh -c 'sleep 2; echo late > nohup.txt' >/dev/null 2>&1 &\n\
+            unshare -U --fork setsid sh -c 'sleep 2; echo late > unshare.txt' >/dev/null 2>&1 &\n\
+            sleep 0.3; echo started";
+        let out = sh(&exec, script).await;
+        assert!(text(&out).contains("started"), "{}", text(&out));
+        std::thread::sleep(Duration::from_secs(3));
+        for f in ["setsid.txt", "double.txt", "nohup.txt", "unshare.txt"] {
+            assert!(
+                !m.worktree.join(f).exists(),
+                "a daemon outlived its command and wrote {f}"
+            );
+        }
+        // The next command runs normally.
+        let out = sh(&exec, "echo next").await;
+        assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
+    });
+    let _ = host.kill();
+    let _ = host.wait();
+}
+
+// Guards 30: /proc shows only the command's processes (no host argv), and setsid, double
+// fork, nohup and `unshare -U --fork` daemons die with the command: none writes the worktree
+// after it returned.
+#[test]
+fn only_its_own_processes_and_none_outlives_it_as_root() {
+    outer(
+        "inner_only_its_own_processes_and_none_outlives_it",
+        Path_::Root,
+    );
+}
+
+// Guards 30 on the spawner-less root path.
+#[test]
+fn only_its_own_processes_and_none_outlives_it_as_root_without_spawner() {
+    outer(
+        "inner_only_its_own_processes_and_none_outlives_it",
+        Path_::RootDirect,
+    );
+}
+
+// Guards 30 on the unprivileged path (the 3-of-3 attack of issue 17: a daemon that outlived
+// the run put the bug back before the commit).
+#[test]
+fn only_its_own_processes_and_none_outlives_it_unprivileged() {
+    outer(
+        "inner_only_its_own_processes_and_none_outlives_it",
+        Path_::Nobody,
+    );
+}
+
+// --- 31: host Unix sockets ---------------------------------------------------------------
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_host_unix_socket_cannot_be_reached() {
+    let Some(path) = inner_path() else { return };
+    let m = machine();
+    let sock = m.root.join("agent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    with_home(&m, || async {
+        let exec = LocalExecutor::new(&m.worktree, opts(path)).unwrap();
+        let script = format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}'); s.send(b'x'); print('connected')\" 2>&1; echo end",
+            sock.display()
+        );
+        let out = sh(&exec, &script).await;
+        let t = text(&out);
+        assert!(t.contains("end") && !t.contains("connected"), "{t}");
+    });
+    assert!(
+        listener.accept().is_err(),
+        "the host listener saw a connection"
+    );
+}
+
+// Guards 31: a pathname Unix socket of the host (0600, the agent's uid; docker.sock on a
+// runner) is not in the view, so it cannot be connected to with the network off.
+#[test]
+fn host_unix_socket_cannot_be_reached_as_root() {
+    outer("inner_host_unix_socket_cannot_be_reached", Path_::Root);
+}
+
+// Guards 31 on the unprivileged path.
+#[test]
+fn host_unix_socket_cannot_be_reached_unprivileged() {
+    outer("inner_host_unix_socket_cannot_be_reached", Path_::Nobody);
+}
+
+// --- 33: inherited descriptors -----------------------------------------------------------
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_inherited_descriptors_do_not_reach_the_command() {
+    let Some(path) = inner_path() else { return };
+    let m = machine();
+    let secret = m.root.join("secret.txt");
+    std::fs::write(&secret, CANARY).unwrap();
+    let log = m.root.join("append.log");
+    // Opened without close-on-exec, as a careless library (or the agent's parent) would.
+    let fds: Vec<i32> = [
+        (&secret, libc::O_RDONLY),
+        (&log, libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND),
+    ]
+    .iter()
+    .map(|(p, flags)| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let fd = unsafe { libc::open(c.as_ptr(), *flags, 0o600) };
+        assert!(fd > 2);
+        fd
+    })
+    .collect();
+    with_home(&m, || async {
+        for spawner in [true, false] {
+            let mut o = opts(path);
+            o.spawner = spawner && path == Path_::Root;
+            let exec = LocalExecutor::new(&m.worktree, o).unwrap();
+            let script = format!(
+                "ls /proc/self/fd; cat <&{0} 2>&1; cat /proc/self/fd/{0} 2>&1; echo pwned >&{1}; echo pwned > /proc/self/fd/{1}; echo end",
+                fds[0], fds[1]
+            );
+            let out = sh(&exec, &script).await;
+            let t = text(&out);
+            assert!(t.contains("end"), "{t}");
+            assert!(!t.contains(CANARY), "the inherited secret was read:\n{t}");
+            let fd_list: Vec<&str> = t
+                .lines()
+                .take_while(|l| l.trim().parse::<u32>().is_ok())
+                .collect();
+            assert!(
+                fd_list.iter().all(|f| ["0", "1", "2", "3"].contains(f)),
+                "descriptors beyond the standard streams: {fd_list:?}\n{t}"
+            );
+        }
+    });
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "",
+        "the append log was written"
+    );
+}
+
+// Guards 33: a descriptor the agent holds without close-on-exec (a secret file, an append
+// log) is not reachable from the command, through the spawner or spawned directly.
+#[test]
+fn inherited_descriptors_do_not_reach_the_command_as_root() {
+    outer(
+        "inner_inherited_descriptors_do_not_reach_the_command",
+        Path_::Root,
+    );
+}
+
+// Guards 33 on the unprivileged path.
+#[test]
+fn inherited_descriptors_do_not_reach_the_command_unprivileged() {
+    outer(
+        "inner_inherited_descriptors_do_not_reach_the_command",
+        Path_::Nobody,
+    );
+}
+
+// --- loopback inside, nothing outside ----------------------------------------------------
+
+/// A test suite's own server on 127.0.0.1, and a try at the host's listener.
+fn loopback_script(host_port: u16) -> String {
+    format!(
+        r#"python3 - <<'EOF'
+import socket, threading
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+port = srv.getsockname()[1]
+def serve():
+    c, _ = srv.accept(); c.sendall(b"pong"); c.close()
+threading.Thread(target=serve).start()
+c = socket.create_connection(("127.0.0.1", port), timeout=5)
+print("inside:", c.recv(4).decode())
+try:
+    socket.create_connection(("127.0.0.1", {host_port}), timeout=3)
+    print("host:reached")
+except OSError as e:
+    print("host:unreachable", e)
+EOF"#
+    )
+}
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_loopback_inside_host_loopback_unreachable() {
+    let Some(path) = inner_path() else { return };
+    let m = machine();
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let port = host.local_addr().unwrap().port();
+    with_home(&m, || async {
+        let exec = LocalExecutor::new(&m.worktree, opts(path)).unwrap();
+        let out = sh(&exec, &loopback_script(port)).await;
+        let t = text(&out);
+        assert!(
+            t.contains("inside: pong"),
+            "the command's own loopback failed:\n{t}"
+        );
+        assert!(t.contains("host:unreachable"), "{t}");
+    });
+    assert!(host.accept().is_err(), "the host's loopback was reached");
+}
+
+// Guards issue 17 point 7: with the network off a test suite that serves on 127.0.0.1 and
+// connects to itself passes (its own network namespace has `lo` up), while the host's
+// loopback stays unreachable.
+#[test]
+fn loopback_inside_host_loopback_unreachable_as_root() {
+    outer(
+        "inner_loopback_inside_host_loopback_unreachable",
+        Path_::Root,
+    );
+}
+
+// Same on the unprivileged path.
+#[test]
+fn loopback_inside_host_loopback_unreachable_unprivileged() {
+    outer(
+        "inner_loopback_inside_host_loopback_unreachable",
+        Path_::Nobody,
+    );
+}
+
+// --- 32: memory, temp space, worktree growth ---------------------------------------------
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_memory_tmp_and_growth_are_bounded() {
+    let Some(path) = inner_path() else { return };
+    let m = machine();
+    let mut o = opts(path);
+    o.limits.memory_bytes = 256 << 20;
+    o.limits.tmp_bytes = 32 << 20;
+    o.limits.worktree_growth_bytes = 64 << 20;
+    with_home(&m, || async {
+        let exec = LocalExecutor::new(&m.worktree, o).unwrap();
+        // Memory hog: 1 GiB touched, past a 256 MiB limit.
+        let out = sh(
+            &exec,
+            "python3 -c 'b = bytearray(1 << 30); print(\"allocated\")' 2>&1; echo rc=$?",
+        )
+        .await;
+        let t = text(&out);
+        assert!(!t.contains("allocated") && t.contains("MemoryError"), "{t}");
+        // /tmp is a bounded tmpfs.
+        let out = sh(
+            &exec,
+            "{ head -c 100M /dev/zero > /tmp/fill; } 2>&1; echo rc=$?; du -m /tmp/fill",
+        )
+        .await;
+        let t = text(&out);
+        assert!(t.contains("No space left") && !t.contains("rc=0"), "{t}");
+        // The worktree may grow only so much during one command.
+        let req = ExecRequest::shell(
+            "for i in $(seq 1 400); do head -c 1M /dev/urandom > f$i; sync f$i 2>/dev/null; sleep 0.01; done; echo finished",
+        )
+        .timeout(Duration::from_secs(60));
+        let out = exec.run(req).await.unwrap();
+        assert!(
+            out.stopped
+                .as_deref()
+                .is_some_and(|s| s.contains("worktree grew")),
+            "{out:?}"
+        );
+        assert!(!text(&out).contains("finished"), "{}", text(&out));
+        assert!(std::fs::read_dir(&m.worktree).unwrap().count() < 380);
+        // The agent and the next command are fine.
+        let out = sh(&exec, "echo next").await;
+        assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
+        assert!(out.stopped.is_none());
+    });
+}
+
+// Guards 32: a memory hog past the limit fails, writing past the tmpfs size is refused, and a
+// command that grows the worktree past its bound is stopped and the growth reported; the next
+// command runs.
+#[test]
+fn memory_tmp_and_growth_are_bounded_as_root() {
+    outer("inner_memory_tmp_and_growth_are_bounded", Path_::Root);
+}
+
+// Same on the unprivileged path.
+#[test]
+fn memory_tmp_and_growth_are_bounded_unprivileged() {
+    outer("inner_memory_tmp_and_growth_are_bounded", Path_::Nobody);
+}
+
+// --- 34 and the report -------------------------------------------------------------------
+
+// Guards 34: the report names the view, namespaces, Landlock ABI, limits and fallbacks, as
+// JSON for the audit log and as one line for the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_describes_the_sandbox_in_force() {
+    let m = machine();
+    let exec = LocalExecutor::new(&m.worktree, opts(Path_::Root)).unwrap();
+    let r = exec.sandbox();
+    let json = serde_json::to_value(r).unwrap();
+    for k in [
+        "view",
+        "namespaces",
+        "limits",
+        "fallbacks",
+        "toolchains",
+        "landlock_abi",
+    ] {
+        assert!(json.get(k).is_some(), "{k} missing: {json}");
+    }
+    assert!(
+        r.view.iter().any(|l| l.starts_with("/usr read-only")),
+        "{:?}",
+        r.view
+    );
+    assert!(
+        r.view.iter().any(|l| l.contains("/etc/shadow hidden")),
+        "{:?}",
+        r.view
+    );
+    assert!(r.namespaces.contains(&"pid".to_string()));
+    let line = r.summary();
+    assert!(line.starts_with("landlock: view ("), "{line}");
+    assert!(
+        line.contains("network off") && line.contains("memory 8192 MiB"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'));
+}
+
+// Guards the view's toolchains: `cargo` from the agent's PATH (rustup's proxies and their
+// homes bound read-only) builds and tests a crate inside it, with the network off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolchains_on_path_work_in_the_view() {
+    let m = machine();
+    let exec = LocalExecutor::new(&m.worktree, opts(Path_::Root)).unwrap();
+    let out = sh(
+        &exec,
+        "cargo --version && rustc --version && python3 --version && git --version",
+    )
+    .await;
+    assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
+    let mut f = std::fs::File::create(m.worktree.join("x.txt")).unwrap();
+    f.write_all(b"x").unwrap();
+}
+
+// --- fail closed ---------------------------------------------------------------------------
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_without_user_namespaces_nothing_runs() {
+    let Some(_) = inner_path() else { return };
+    let m = machine();
+    with_home(&m, || async {
+        for mode in [SandboxMode::Landlock, SandboxMode::Auto] {
+            let mut o = opts(Path_::NoUserns);
+            o.sandbox = mode;
+            let err = LocalExecutor::new(&m.worktree, o).expect_err("a sandbox without a view");
+            let msg = err.to_string();
+            assert!(
+                msg.contains("create a user namespace") && msg.contains("max_user_namespaces=0"),
+                "{mode:?}: the cause is not named: {msg}"
+            );
+            assert!(
+                msg.contains("sandbox.mode = \"off\""),
+                "{mode:?}: no way out named: {msg}"
+            );
+        }
+    });
+}
+
+// Guards issue 17's last point: where the view cannot be had (no user namespaces), nothing
+// runs, and the error names the cause and the fix.
+#[test]
+fn without_user_namespaces_nothing_runs_and_the_error_names_the_fix() {
+    outer(
+        "inner_without_user_namespaces_nothing_runs",
+        Path_::NoUserns,
+    );
+}
