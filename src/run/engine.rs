@@ -542,7 +542,7 @@ impl<'a> Active<'a> {
         // What confines the commands, as it is in force (not as asked): the first thing the
         // audit says about them, and a line of the report.
         let sb = local.sandbox();
-        let line = sandbox_line(sb);
+        let line = sb.summary();
         if self.rec.sandbox.as_deref() != Some(line.as_str()) {
             self.audit(Kind::Policy, json!({"sandbox_in_force": sb}))?;
             self.rec.sandbox = Some(line);
@@ -1376,27 +1376,6 @@ impl<'a> Active<'a> {
         self.persist()?;
         Ok(())
     }
-}
-
-/// The sandbox in force in one line: mechanism, network, and each protection.
-fn sandbox_line(sb: &crate::exec::SandboxReport) -> String {
-    let mechanism = serde_json::to_value(sb.mechanism)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    let network = serde_json::to_value(sb.network)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    let mut line = format!("{mechanism}, network {network}");
-    if sb.opted_out {
-        line.push_str(" — turned off by the user");
-    }
-    if !sb.protections.is_empty() {
-        line.push_str(": ");
-        line.push_str(&sb.protections.join("; "));
-    }
-    line
 }
 
 enum Dispatched {
