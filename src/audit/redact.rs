@@ -554,6 +554,11 @@ mod tests {
         cases.push(percent_encode(SECRET, true));
         cases.push(lower_percent(&percent_encode(SECRET, false)));
         cases.push(serde_json::to_string(SECRET).unwrap());
+        // The disguises of issue 20: hex in both cases, reversed, rot13.
+        cases.push(hex::encode(SECRET));
+        cases.push(hex::encode_upper(SECRET));
+        cases.push(SECRET.chars().rev().collect());
+        cases.push(String::from_utf8(scan::rot13(SECRET.as_bytes())).unwrap());
         for c in cases {
             let text = format!("before {c} after");
             let out = r.redact(&text);
