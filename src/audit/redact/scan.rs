@@ -893,6 +893,21 @@ fn memfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// DER prefixes of the OIDs of key algorithms a PKCS#8 key names.
+const KEY_ALGORITHMS: &[&[u8]] = &[
+    // 1.2.840.113549.1.1 (rsaEncryption, RSASSA-PSS) and 1.2.840.113549.1.3.1 (DH)
+    &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01],
+    &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x03, 0x01],
+    // 1.2.840.10045.2.1 (ecPublicKey) and 1.2.840.10040.4.1 (DSA)
+    &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01],
+    &[0x2a, 0x86, 0x48, 0xce, 0x38, 0x04, 0x01],
+    // 1.3.101.110–113 (X25519, X448, Ed25519, Ed448)
+    &[0x2b, 0x65],
+    // 2.16.840.1.101.3.4.3 and .4 (ML-DSA, SLH-DSA, ML-KEM)
+    &[0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x03],
+    &[0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x04],
+];
+
 /// Whether `d` starts like the DER of a private key.
 fn der_private_key(d: &[u8]) -> bool {
     if d.len() < 16 || d[0] != 0x30 {
@@ -912,12 +927,14 @@ fn der_private_key(d: &[u8]) -> bool {
     if b.starts_with(&[2, 1, 0, 2]) && matches!(b[4], 0x20..=0x7f | 0x81 | 0x82 | 0x83) {
         return true;
     }
-    // PKCS#8 (v1 or v2): version, then an AlgorithmIdentifier SEQUENCE opening with an OID.
+    // PKCS#8 (v1 or v2): version, then an AlgorithmIdentifier whose OID is a key algorithm
+    // (the same shape with a hash OID is, e.g., a certificate extension: certifi's CA bundle).
     if (b.starts_with(&[2, 1, 0, 0x30]) || b.starts_with(&[2, 1, 1, 0x30]))
         && b[4] < 0x80
         && b[5] == 0x06
     {
-        return true;
+        let oid = &b[7..];
+        return KEY_ALGORITHMS.iter().any(|k| oid.starts_with(k));
     }
     // SEC1 EC: version 1, then the private scalar as an OCTET STRING of a curve's size.
     if b.starts_with(&[2, 1, 1, 4]) && matches!(b[4], 0x18 | 0x1c | 0x20 | 0x30 | 0x41 | 0x42) {
@@ -1261,6 +1278,19 @@ y7imwO4B5rRlWmUnbtltAAAAAAECAwQF
             &none,
         );
         assert!(f.is_empty(), "{f:?}");
+    }
+
+    /// Regression: a certificate extension shaped like PKCS#8 but naming a hash (seen in
+    /// certifi's CA bundle when measuring false positives) is not a key.
+    #[test]
+    fn pkcs8_shape_needs_a_key_algorithm() {
+        // SEQUENCE { INTEGER 0, SEQUENCE { OID sha1, NULL }, OCTET STRING (20 bytes) }
+        let mut der = vec![0x30, 0x31, 0x02, 0x01, 0x00, 0x30, 0x09, 0x06, 0x05];
+        der.extend_from_slice(&[0x2b, 0x0e, 0x03, 0x02, 0x1a, 0x05, 0x00, 0x04, 0x20]);
+        der.extend_from_slice(&[0x11; 32]);
+        assert!(!der_private_key(&der));
+        let ed = STANDARD.decode(ED25519_PKCS8.trim()).unwrap();
+        assert!(der_private_key(&ed));
     }
 
     #[test]
