@@ -8,7 +8,13 @@
 //!
 //! [`StreamRedactor`] does the same over a stream of chunks, holding back just enough bytes
 //! that a secret split across two chunks is still caught. [`scan_diff`] lists the secrets a
-//! unified diff adds, already redacted, so the run can refuse to push.
+//! unified diff adds, already redacted; [`scan_changes`] is the push-time scan over the blobs
+//! themselves (binary included) that also finds known secrets hex-encoded, reversed, rot13'd,
+//! base64'd at any wrapping, escaped or split, and private keys by shape.
+
+mod scan;
+
+pub use scan::{ChangedFile, DiffScanner, scan_changes};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
@@ -123,6 +129,8 @@ pub struct Redactor {
     /// Length of the longest known form, for the streaming window.
     longest_form: usize,
     secret_count: usize,
+    /// The secret values themselves, for the push-time scan's encodings and fragments.
+    values: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -142,15 +150,18 @@ impl Redactor {
         S: AsRef<str>,
     {
         let mut forms: Vec<String> = Vec::new();
-        let mut secret_count = 0;
+        let mut values: Vec<Vec<u8>> = Vec::new();
         for s in secrets {
             let s = s.as_ref();
             if s.len() < MIN_SECRET_LEN {
                 continue;
             }
-            secret_count += 1;
+            if !values.iter().any(|v| v == s.as_bytes()) {
+                values.push(s.as_bytes().to_vec());
+            }
             forms.extend(encoded_forms(s));
         }
+        let secret_count = values.len();
         forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
         forms.dedup();
         let longest_form = forms.first().map_or(0, String::len);
@@ -177,6 +188,7 @@ impl Redactor {
             known,
             longest_form,
             secret_count,
+            values,
         })
     }
 
@@ -285,10 +297,18 @@ pub fn is_secret_name(name: &str) -> bool {
         || upper.contains("PASSWORD")
 }
 
-/// Every form of `s` that is masked: the value, its base64 at the three byte offsets in both
-/// alphabets, percent- and form-encoding, and JSON escaping.
+/// Every form of `s` that is masked: the value, reversed, rot13, hex in both cases, its base64
+/// at the three byte offsets in both alphabets, percent- and form-encoding, and JSON escaping.
 fn encoded_forms(s: &str) -> Vec<String> {
     let mut out = vec![s.to_string()];
+    // The cheap disguises a model might be told to use to get a value past a filter.
+    out.push(s.chars().rev().collect());
+    // rot13 moves only ASCII letters, so UTF-8 stays UTF-8.
+    if let Ok(r) = String::from_utf8(scan::rot13(s.as_bytes())) {
+        out.push(r);
+    }
+    out.push(hex::encode(s));
+    out.push(hex::encode_upper(s));
     let n = s.len();
     for k in 0..3usize {
         // Encode the value after k filler bytes; keep only the characters whose 6 bits all
@@ -436,8 +456,11 @@ pub struct Finding {
     pub path: String,
     /// 1-based line number in the new file.
     pub line: u32,
-    /// `known-secret` or a token kind (`github-token`, `aws-access-key-id`, …).
+    /// `known-secret`, `private-key` or a token kind (`github-token`, `aws-access-key-id`, …).
     pub kind: String,
+    /// How the secret was written: `plain`, `hex`, `base64`, `reversed`, `rot13`, `escaped`,
+    /// `der`, `openssh`, with `split` or `split across files` when it came in pieces.
+    pub encoding: String,
     /// The added line with every secret masked.
     pub redacted: String,
 }
@@ -473,6 +496,7 @@ pub fn scan_diff(diff: &str, redactor: &Redactor) -> Vec<Finding> {
                     path: path.clone(),
                     line: new_line,
                     kind: kind.to_string(),
+                    encoding: "plain".to_string(),
                     redacted: if in_pem {
                         MASK.to_string()
                     } else {
@@ -531,6 +555,11 @@ mod tests {
         cases.push(percent_encode(SECRET, true));
         cases.push(lower_percent(&percent_encode(SECRET, false)));
         cases.push(serde_json::to_string(SECRET).unwrap());
+        // The disguises of issue 20: hex in both cases, reversed, rot13.
+        cases.push(hex::encode(SECRET));
+        cases.push(hex::encode_upper(SECRET));
+        cases.push(SECRET.chars().rev().collect());
+        cases.push(String::from_utf8(scan::rot13(SECRET.as_bytes())).unwrap());
         for c in cases {
             let text = format!("before {c} after");
             let out = r.redact(&text);

@@ -1058,12 +1058,22 @@ impl<'a> Active<'a> {
             })?
             .map(|id| id.to_string());
         if let Some(id) = id {
-            // A token in the diff blocks the push: undo the commit and say so, redacted.
-            let diff = self.svc.repo.diff(
+            // A secret in what the run adds blocks the push: undo the commit and say so,
+            // redacted. The scan reads the blobs (binary too), not the text diff.
+            let blobs = self.svc.repo.changed_blobs(
                 self.svc.repo.resolve(&self.rec.base_sha)?,
                 self.svc.repo.resolve(&id)?,
             )?;
-            let findings = crate::audit::redact::scan_diff(&diff.unified(), &self.svc.redactor);
+            let changed: Vec<crate::audit::redact::ChangedFile<'_>> = blobs
+                .iter()
+                .filter(|b| !b.new.is_empty())
+                .map(|b| crate::audit::redact::ChangedFile {
+                    path: &b.path,
+                    old: &b.old,
+                    new: &b.new,
+                })
+                .collect();
+            let findings = crate::audit::redact::scan_changes(&changed, &self.svc.redactor);
             if !findings.is_empty() {
                 let prev = self
                     .rec
@@ -1079,7 +1089,12 @@ impl<'a> Active<'a> {
                 return Err(Error::SecretInDiff(
                     findings
                         .iter()
-                        .map(|f| format!("{}:{} {} `{}`", f.path, f.line, f.kind, f.redacted))
+                        .map(|f| {
+                            format!(
+                                "{}:{} {} ({}) `{}`",
+                                f.path, f.line, f.kind, f.encoding, f.redacted
+                            )
+                        })
                         .collect::<Vec<_>>()
                         .join("; "),
                 ));

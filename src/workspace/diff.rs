@@ -97,9 +97,37 @@ impl Diff {
     }
 }
 
+/// One changed file's blobs, for scans that read content rather than a text patch.
+#[derive(Debug, Clone)]
+pub struct ChangedBlob {
+    /// Repository-relative path.
+    pub path: String,
+    /// Added, deleted or modified.
+    pub status: FileStatus,
+    /// The content before (empty for an added file).
+    pub old: Vec<u8>,
+    /// The content after (empty for a deleted file).
+    pub new: Vec<u8>,
+}
+
 impl Repo {
     /// The diff from commit `old` to commit `new`.
     pub fn diff(&self, old: gix::ObjectId, new: gix::ObjectId) -> Result<Diff> {
+        let files = self
+            .changed_blobs(old, new)?
+            .into_iter()
+            .map(|b| file_diff(b.path, b.status, &b.old, &b.new))
+            .collect();
+        Ok(Diff { files })
+    }
+
+    /// The blobs of every file that differs between commits `old` and `new`, sorted by path
+    /// (submodules and trees left out; a symlink's blob is its target).
+    pub fn changed_blobs(
+        &self,
+        old: gix::ObjectId,
+        new: gix::ObjectId,
+    ) -> Result<Vec<ChangedBlob>> {
         let g = self.gix();
         let old_tree = g
             .find_commit(old)
@@ -162,15 +190,15 @@ impl Repo {
                     None => Ok(Vec::new()),
                 }
             };
-            files.push(file_diff(
-                path.to_str_lossy().into_owned(),
+            files.push(ChangedBlob {
+                path: path.to_str_lossy().into_owned(),
                 status,
-                &read(old_id)?,
-                &read(new_id)?,
-            ));
+                old: read(old_id)?,
+                new: read(new_id)?,
+            });
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(Diff { files })
+        Ok(files)
     }
 }
 

@@ -18,7 +18,7 @@ mod repo;
 mod worktree;
 
 pub use commit::CommitRequest;
-pub use diff::{Diff, FileDiff, FileStatus};
+pub use diff::{ChangedBlob, Diff, FileDiff, FileStatus};
 pub use error::{Error, Result};
 pub use record::run_ref;
 pub use remote::Credentials;

@@ -9,6 +9,7 @@ mod index;
 mod model;
 mod publish;
 mod run;
+mod secret_scan;
 mod serve_crash;
 mod serve_e2e;
 mod server;

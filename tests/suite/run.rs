@@ -908,4 +908,92 @@ open('.gitmodules', 'w').write('[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::
     }
     let log = std::fs::read_to_string(f.run_dir(run).join("audit.jsonl")).unwrap();
     assert!(log.contains("refused_at_commit"), "{log}");
+
+/// Regression (issue 20, SECURITY 23 and 39): a scripted model that writes the run's own
+/// `GITHUB_TOKEN` into the tree — raw, hex, reversed, and split over two files — gets no
+/// commit and no push; the audit log names each file, and nothing the run wrote out holds
+/// the token.
+#[test]
+fn encoded_token_in_the_change_blocks_the_commit_end_to_end() {
+    let f = Fixture::new("rust-add");
+    let token = "ghs_E2eCanary5Vb8Nw2Qz7Lk4Xp1Rt6Yh3Mc9Jd";
+    let rev: String = token.chars().rev().collect();
+    let (h1, h2) = token.split_at(18);
+    let write = |path: &str, content: String| serde_json::json!({"name": "write_file", "arguments": {"path": path, "content": content}});
+    let script = f.script(&[
+        plan(&["src/lib.rs"]),
+        edit(
+            "src/lib.rs",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+        ),
+        serde_json::json!({"role": "coder", "tool_calls": [
+            write("notes/raw.txt", format!("token {token}\n")),
+            write("notes/hex.txt", format!("{}\n", hex::encode(token))),
+            write("notes/rev.txt", format!("{rev}\n")),
+            write("notes/part-b.txt", format!("{h1}\n")),
+            write("notes/part-a.txt", format!("{h2}\n")),
+        ]}),
+        finish(),
+    ]);
+    let model = format!("scripted:{}", script.display());
+    let out = f.agent(
+        &["fix", "--json", "--model", &model, "fix add"],
+        &[("GITHUB_TOKEN", token)],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("looks like a secret"),
+        "{stdout}\n{stderr}"
+    );
+    // No commit: the branch (if any) still points at the base, and no object holds it.
+    let branches = git(
+        &f.repo(),
+        &["branch", "--list", "agent/*", "--format=%(refname)"],
+    );
+    for b in branches.lines() {
+        let files = git(
+            &f.repo(),
+            &["log", "--name-only", "--format=", &format!("main..{b}")],
+        );
+        assert!(!files.contains("notes/"), "{b}: {files}");
+    }
+    let runs = f.repo().join(".git/agent/runs");
+    let run = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut audit = String::new();
+    for e in std::fs::read_dir(&run).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            audit.push_str(&String::from_utf8_lossy(&std::fs::read(&p).unwrap()));
+        }
+    }
+    assert!(audit.contains("secret in diff"), "{audit}");
+    for file in ["raw.txt", "hex.txt", "rev.txt", "part-a.txt", "part-b.txt"] {
+        assert!(audit.contains(&format!("notes/{file}")), "{file} not named");
+    }
+    // The report of the block holds no piece of the token.
+    let block: String = audit
+        .lines()
+        .filter(|l| l.contains("secret in diff"))
+        .collect();
+    for w in token.as_bytes().windows(8) {
+        let w = std::str::from_utf8(w).unwrap();
+        assert!(
+            !block.contains(w),
+            "a piece of the token leaked: {w} in {block}"
+        );
+    }
+    // Nothing the run wrote holds the token whole, in hex or reversed.
+    for text in [stdout.as_ref(), stderr.as_ref(), audit.as_str()] {
+        assert!(!text.contains(token));
+        assert!(!text.contains(&hex::encode(token)[..24]));
+        assert!(!text.contains(&rev[..16]));
+    }
 }
