@@ -908,6 +908,7 @@ open('.gitmodules', 'w').write('[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::
     }
     let log = std::fs::read_to_string(f.run_dir(run).join("audit.jsonl")).unwrap();
     assert!(log.contains("refused_at_commit"), "{log}");
+}
 
 /// Regression (issue 20, SECURITY 23 and 39): a scripted model that writes the run's own
 /// `GITHUB_TOKEN` into the tree — raw, hex, reversed, and split over two files — gets no
