@@ -62,6 +62,16 @@ pub(crate) fn git(dir: &Path) -> Command {
     cmd
 }
 
+/// Run a hardened git command, returning its stdout. The arguments are shown in errors, so
+/// callers must never pass credentials as arguments (they go through the environment).
+pub(crate) fn run<I, S>(dir: &Path, args: I, env: &[(&str, &str)]) -> Result<Vec<u8>, Error>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run_with_stdout(dir, args, env).map_err(|(e, _)| e)
+}
+
 /// Run a hardened git command, returning its stdout; a failure keeps what the command
 /// printed on stdout (`push --porcelain` reports each refused ref there). The arguments are
 /// shown in errors, so callers must never pass credentials as arguments (they go through the

@@ -159,36 +159,8 @@ impl Repo {
         ];
         let env: Vec<(&str, String)> = creds.map(|c| c.env()).unwrap_or_default();
         let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        match git_cli::run_with_stdout(self.git_dir(), &args, &env_ref) {
-            Ok(_) => Ok(()),
-            Err((e, stdout)) => {
-                // `--porcelain` prints one line per ref: `!\t<src>:<dst>\t[rejected] (why)`.
-                let text = String::from_utf8_lossy(&stdout);
-                let rejected: Vec<(String, String)> = text
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("!\t"))
-                    .filter_map(|l| {
-                        let (spec, why) = l.split_once('\t').unwrap_or((l, ""));
-                        let dst = spec.rsplit_once(':').map_or(spec, |(_, d)| d);
-                        // Under --atomic the refs git did not even try say so; the cause is
-                        // the others.
-                        (!why.contains("atomic push failed"))
-                            .then(|| (dst.to_string(), why.trim().to_string()))
-                    })
-                    .collect();
-                if rejected.is_empty() {
-                    return Err(e);
-                }
-                Err(Error::PushRejected {
-                    refs: rejected.iter().map(|(r, _)| r.clone()).collect(),
-                    detail: rejected
-                        .iter()
-                        .map(|(r, w)| format!("{r} {w}"))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                })
-            }
-        }
+        git_cli::run(self.git_dir(), &args, &env_ref)?;
+        Ok(())
     }
 
     /// Fetch `refs/agent/runs/<run_id>` from `remote` into the same local ref.
@@ -208,36 +180,8 @@ impl Repo {
         let args = ["fetch".to_string(), remote.to_string(), format!("+{r}:{r}")];
         let env: Vec<(&str, String)> = creds.map(|c| c.env()).unwrap_or_default();
         let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        match git_cli::run_with_stdout(self.git_dir(), &args, &env_ref) {
-            Ok(_) => Ok(()),
-            Err((e, stdout)) => {
-                // `--porcelain` prints one line per ref: `!\t<src>:<dst>\t[rejected] (why)`.
-                let text = String::from_utf8_lossy(&stdout);
-                let rejected: Vec<(String, String)> = text
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("!\t"))
-                    .filter_map(|l| {
-                        let (spec, why) = l.split_once('\t').unwrap_or((l, ""));
-                        let dst = spec.rsplit_once(':').map_or(spec, |(_, d)| d);
-                        // Under --atomic the refs git did not even try say so; the cause is
-                        // the others.
-                        (!why.contains("atomic push failed"))
-                            .then(|| (dst.to_string(), why.trim().to_string()))
-                    })
-                    .collect();
-                if rejected.is_empty() {
-                    return Err(e);
-                }
-                Err(Error::PushRejected {
-                    refs: rejected.iter().map(|(r, _)| r.clone()).collect(),
-                    detail: rejected
-                        .iter()
-                        .map(|(r, w)| format!("{r} {w}"))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                })
-            }
-        }
+        git_cli::run(self.git_dir(), &args, &env_ref)?;
+        Ok(())
     }
 }
 
