@@ -9,6 +9,7 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod exec;
+mod failpoint;
 pub mod forge;
 pub mod index;
 pub mod model;

@@ -21,7 +21,7 @@ use crate::forge::Forge;
 use crate::forge::github::{Auth, GitHub, GitHubOptions};
 use crate::run::RunState;
 use crate::run::engine::StartOptions;
-use crate::run::publish::{self, PublishRequest};
+use crate::run::publish::{self, Fetch, Lookup, Prepared, Resolved};
 use crate::trigger::{self, Outcome};
 use crate::workspace::Repo;
 
@@ -229,75 +229,60 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         &args.event_name,
         &payload,
     ))?;
-    let triggered = match outcome {
-        Outcome::Run(t) => *t,
+    let repository = match &outcome {
         Outcome::Ignored { reason } => {
-            super::output::say(format_args!("ignored: {reason}"))?;
-            report.outputs("", "", "ignored")?;
-            report.summary(&format!("git-agent: event ignored — {reason}"))?;
-            return Ok(exit::SUCCEEDED);
-        }
-        Outcome::Approve { control, run } => {
-            return approve(
-                &rt,
-                &args,
-                repo,
-                cfg,
-                forge.as_ref(),
-                &report,
-                control,
-                run.as_deref(),
-            );
+            return ignore(&report, reason, &format!("event ignored — {reason}"));
         }
         Outcome::Stop(_) | Outcome::Retry(_) => {
             let reason = "`/agent stop` and `/agent retry` are handled by the GitHub App \
                           (`git agent serve`), not by the Action";
-            super::output::say(format_args!("ignored: {reason}"))?;
-            report.outputs("", "", "ignored")?;
-            report.summary(&format!("git-agent: {reason}"))?;
-            return Ok(exit::SUCCEEDED);
+            return ignore(&report, reason, reason);
         }
+        Outcome::Run(t) => t.task.repo.as_ref().map(std::string::ToString::to_string),
+        Outcome::Approve { control, .. } => Some(control.repo.to_string()),
     };
-    let repository = args.repository.clone().or_else(|| {
-        triggered
-            .task
-            .repo
-            .as_ref()
-            .map(std::string::ToString::to_string)
-    });
-    let Some(repository) = repository else {
+    let Some(repository) = args.repository.clone().or(repository) else {
         bail!("no repository: GITHUB_REPOSITORY is unset and the event names none");
     };
     let remote = remote_of(&args, &repository);
-    // A run of the same request (a re-run job) continues with its models and spend.
-    let existing = rt.block_on(publish::find_run(
-        &repo,
-        forge.as_ref(),
-        &triggered.task,
-        &remote,
-    ))?;
-    let record = existing.and_then(|e| e.record);
-    let mut models = model_flags();
-    if models.is_empty()
-        && let Some(r) = &record
-    {
-        models = r.model_flags.clone();
-    }
+    // A run of the same request (a re-run job) continues with its models and spend; an
+    // approval continues the conversation's run that awaits one.
+    let lookup = Lookup {
+        repo: &repo,
+        forge: forge.as_ref(),
+        remote: &remote,
+        fetch: Fetch::Present,
+    };
+    let mut prepared = match rt.block_on(publish::resolve(&lookup, outcome))? {
+        Resolved::Ignored(reason) => return ignore(&report, &reason, &reason),
+        Resolved::Publish(p) => *p,
+    };
+    let models = prepared.models(model_flags());
+    let resume = prepared.resume_state();
     let svc = super::fix_cmd::services(
         repo,
         cfg,
         &models,
         None,
-        record.as_ref().map(publish::resume_state),
+        resume,
         &super::fix_cmd::progress_printer(false)?,
     )?;
-    let mut req = PublishRequest::new(triggered.task, triggered.react_to, remote);
-    req.start = StartOptions {
-        test_command: input("test-command"),
-        model_flags: models.clone(),
-        ..StartOptions::default()
-    };
-    finish(&rt, &svc, forge.as_ref(), req, &report)
+    if prepared.req.approve.is_none() {
+        prepared.req.start = StartOptions {
+            test_command: input("test-command"),
+            model_flags: models,
+            ..StartOptions::default()
+        };
+    }
+    finish(&rt, &svc, forge.as_ref(), prepared, &report)
+}
+
+/// Say why the event starts nothing: `reason` in the log, `summary` in the job summary.
+fn ignore(report: &Report, reason: &str, summary: &str) -> anyhow::Result<u8> {
+    super::output::say(format_args!("ignored: {reason}"))?;
+    report.outputs("", "", "ignored")?;
+    report.summary(&format!("git-agent: {summary}"))?;
+    Ok(exit::SUCCEEDED)
 }
 
 fn remote_of(args: &ActionArgs, repository: &str) -> String {
@@ -313,10 +298,10 @@ fn finish(
     rt: &tokio::runtime::Runtime,
     svc: &crate::run::engine::Services,
     forge: &dyn Forge,
-    req: PublishRequest,
+    prepared: Prepared,
     report: &Report,
 ) -> anyhow::Result<u8> {
-    let published = match rt.block_on(publish::publish(svc, forge, req)) {
+    let published = match rt.block_on(publish::publish_prepared(svc, forge, prepared)) {
         Ok(p) => p,
         Err(e) => {
             super::output::warn(format_args!("error: {e}"))?;
@@ -337,68 +322,6 @@ fn finish(
         super::output::say(format_args!("  comment {c}"))?;
     }
     Ok(exit_code(published.state))
-}
-
-/// `/agent approve [RUN]`: continue the conversation's run that awaits approval, approved by
-/// the commenter (whose permission the trigger checked).
-#[allow(clippy::too_many_arguments)]
-fn approve(
-    rt: &tokio::runtime::Runtime,
-    args: &ActionArgs,
-    repo: Repo,
-    cfg: crate::config::Config,
-    forge: &dyn Forge,
-    report: &Report,
-    control: trigger::Control,
-    run: Option<&str>,
-) -> anyhow::Result<u8> {
-    let repository = args
-        .repository
-        .clone()
-        .unwrap_or_else(|| control.repo.to_string());
-    let remote = remote_of(args, &repository);
-    let record = rt.block_on(publish::run_in_conversation(
-        &repo,
-        forge,
-        &control.repo,
-        control.number,
-        run,
-        &remote,
-    ))?;
-    let ignore = |reason: String| -> anyhow::Result<u8> {
-        super::output::say(format_args!("ignored: {reason}"))?;
-        report.outputs("", "", "ignored")?;
-        report.summary(&format!("git-agent: {reason}"))?;
-        Ok(exit::SUCCEEDED)
-    };
-    let Some(record) = record else {
-        return ignore(format!(
-            "no agent run{} on #{} to approve",
-            run.map(|r| format!(" {r}")).unwrap_or_default(),
-            control.number
-        ));
-    };
-    if record.state != RunState::AwaitingApproval {
-        return ignore(format!(
-            "run {} is {}, not awaiting approval",
-            record.run_id, record.state
-        ));
-    }
-    let mut models = model_flags();
-    if models.is_empty() {
-        models = record.model_flags.clone();
-    }
-    let svc = super::fix_cmd::services(
-        repo,
-        cfg,
-        &models,
-        None,
-        Some(publish::resume_state(&record)),
-        &super::fix_cmd::progress_printer(false)?,
-    )?;
-    let mut req = PublishRequest::new(record.task.clone(), Some(control.comment), remote);
-    req.approve = Some(control.requested_by.login.clone());
-    finish(rt, &svc, forge, req, report)
 }
 
 #[cfg(test)]

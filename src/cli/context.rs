@@ -4,11 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::config::{self, Config, Layer, Source};
+use crate::config::{Config, Layer};
 use crate::workspace::Repo;
-
-/// Path of the repository's config file inside its tree.
-pub const REPO_CONFIG_PATH: &str = ".github/agent.toml";
 
 /// The base ref used when none is given: the remote's default branch if known, else `HEAD`.
 pub fn default_base(repo: &Repo) -> String {
@@ -36,26 +33,5 @@ pub fn load_config(
     user_file: Option<PathBuf>,
     flags: Vec<Layer>,
 ) -> anyhow::Result<Config> {
-    let mut layers = Vec::new();
-    if let Some(path) = user_file.or_else(config::user_config_path)
-        && let Some(layer) = config::user_layer(&path)?
-    {
-        layers.push(layer);
-    }
-    if let Some((repo, base)) = repo
-        && let Some(bytes) = repo.read_file_at(base, REPO_CONFIG_PATH)?
-    {
-        let text = String::from_utf8(bytes)
-            .with_context(|| format!("{base}:{REPO_CONFIG_PATH} is not UTF-8"))?;
-        layers.push(Layer::Toml {
-            text,
-            origin: Source::Repo {
-                rev: base.to_string(),
-                path: REPO_CONFIG_PATH.to_string(),
-            },
-        });
-    }
-    layers.extend(config::env_layers(std::env::vars()));
-    layers.extend(flags);
-    Ok(Config::resolve(layers)?)
+    Ok(crate::run::services::load_config(repo, user_file, flags)?)
 }

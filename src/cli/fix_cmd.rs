@@ -8,13 +8,12 @@ use anyhow::{Context as _, bail};
 
 use super::context;
 use super::exit;
-use crate::audit::redact::Redactor;
 use crate::config::{Config, Layer, Source};
-use crate::exec::ExecOptions;
-use crate::model::{ResumeState, Router, RouterOptions};
+use crate::model::ResumeState;
 use crate::run::RunState;
 use crate::run::engine::{self, Outcome, RunEvent, Services, StartOptions};
 use crate::run::record::RunRecord;
+use crate::run::services;
 use crate::task::{Mode, Origin, Person, Task};
 use crate::workspace::Repo;
 
@@ -131,7 +130,7 @@ fn who() -> Person {
     }
 }
 
-/// Everything `fix`, `resume` and `action` share: services over the resolved config.
+/// The run's services over the resolved config, with progress to the terminal.
 pub(super) fn services(
     repo: Repo,
     cfg: Config,
@@ -140,42 +139,13 @@ pub(super) fn services(
     resume: Option<ResumeState>,
     progress: &Progress,
 ) -> anyhow::Result<Services> {
-    let env = |k: &str| std::env::var(k).ok();
-    let router = Router::from_settings(
-        &cfg.settings,
-        &RouterOptions {
-            model_flags: models.to_vec(),
-            record,
-            resume,
-        },
-        &env,
-    )?;
-    if router.spec(crate::model::Role::Coder).is_none() {
-        bail!(
-            "no model is configured: pass --model PROVIDER:MODEL (e.g. openai:gpt-5, ollama:qwen2.5-coder, scripted:run.jsonl) or set [models] coder in your config"
-        );
-    }
-    let mut key_names: Vec<String> = Vec::new();
-    for p in [
-        &cfg.settings.providers.openai,
-        &cfg.settings.providers.anthropic,
-        &cfg.settings.providers.ollama,
-    ] {
-        if let Some(k) = &p.api_key_env {
-            key_names.push(k.clone());
-        }
-    }
-    let redactor = Redactor::from_process_env(&key_names)?;
-    let exec_options = ExecOptions::from_settings(&cfg.settings);
-    Ok(Services {
-        config: cfg,
-        repo,
-        router: Arc::new(router),
-        redactor: Arc::new(redactor),
+    let opts = services::Options {
+        models: models.to_vec(),
+        record,
+        resume,
         progress: progress.callback.clone(),
-        exec_options,
-        warm_pool: true,
-    })
+    };
+    Ok(services::build(repo, cfg, opts)?)
 }
 
 /// Where progress goes: a live status line on a terminal, plain lines otherwise, nothing
@@ -186,14 +156,6 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    /// Progress as `tracing` debug events, for a front door with no terminal (the bot).
-    pub(super) fn traced() -> Self {
-        Progress {
-            callback: Arc::new(|e: &RunEvent| tracing::debug!(event = ?e, "run progress")),
-            bar: None,
-        }
-    }
-
     /// Clear the live line before the result is printed.
     fn finish(&self) {
         if let Some(bar) = &self.bar {

@@ -19,6 +19,12 @@ pub enum Error {
     /// The policy could not be built from the configuration.
     #[error(transparent)]
     Policy(#[from] crate::policy::Error),
+    /// The layered configuration could not be resolved.
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
+    /// The secret redactor could not be built.
+    #[error(transparent)]
+    Redact(#[from] crate::audit::redact::Error),
     /// Test-command detection failed.
     #[error(transparent)]
     Verify(#[from] crate::verify::Error),
@@ -29,6 +35,14 @@ pub enum Error {
         what: String,
         /// The forge's error (boxed: it is large, and rare on the engine's paths).
         source: Box<crate::forge::Error>,
+    },
+    /// A branch could not be fetched from the remote.
+    #[error("{what}: {source}")]
+    Fetch {
+        /// What was being fetched, from where.
+        what: String,
+        /// The git engine's error.
+        source: Box<crate::workspace::Error>,
     },
     /// A tool hit a harness fault.
     #[error("{0}")]

@@ -13,23 +13,12 @@ mod prompt;
 pub mod publish;
 pub mod record;
 pub mod report;
+pub mod services;
 pub mod state;
 mod tools;
 
 pub use error::{Error, Result};
 pub use state::RunState;
 
-/// Kill this process with SIGKILL at a named point when `GIT_AGENT_TEST_KILL_AT` names it, as
-/// `kill -9` would: the crash tests' way to stop a run, a publish or the webhook receiver
-/// exactly there. The variable is read once per process (the receiver passes a point on every
-/// delivery); the tests set it when they spawn the process.
-pub(crate) fn failpoint(name: &str) {
-    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let at = AT.get_or_init(|| std::env::var("GIT_AGENT_TEST_KILL_AT").ok());
-    if at.as_deref() == Some(name) {
-        // SAFETY: getpid and kill are async-signal-safe libc calls with valid arguments.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
-}
+// Moved to the bottom of the crate; the run's files still name it through here.
+pub(crate) use crate::failpoint::failpoint;

@@ -43,7 +43,8 @@ use crate::forge::{CommentTarget, Forge, PrRequest, progress_run_id};
 use crate::model::ResumeState;
 use crate::task::{Mode, Origin, RepoRef, Task, strip_hidden_text};
 use crate::tools::StepStatus;
-use crate::workspace::{Repo, run_ref};
+use crate::trigger::Outcome;
+use crate::workspace::{Credentials as GitCredentials, Repo, run_ref};
 
 /// What to publish: a triggered task and where its branch goes.
 #[derive(Debug, Clone)]
@@ -266,6 +267,186 @@ pub async fn run_in_conversation(
     Ok(Some(rec))
 }
 
+/// How the repository a request is resolved in gets the branches it names.
+#[derive(Clone, Copy)]
+pub enum Fetch<'a> {
+    /// They are there already (an Actions checkout holds the base and the PR branch).
+    Present,
+    /// Fetch the task's base branch (and the PR branch it continues, as `origin/<branch>`)
+    /// from the remote first, with these credentials (the bot's bare mirror).
+    From(Option<&'a GitCredentials>),
+}
+
+/// Where a triggered request is resolved: the repository, its forge and remote.
+#[derive(Clone, Copy)]
+pub struct Lookup<'a> {
+    /// The clone or mirror the run works in.
+    pub repo: &'a Repo,
+    /// The forge holding the conversation.
+    pub forge: &'a dyn Forge,
+    /// The remote branches and run records are fetched from and pushed to.
+    pub remote: &'a str,
+    /// Whether to fetch the task's branches first.
+    pub fetch: Fetch<'a>,
+}
+
+/// What a triggered request comes to, once the run it names or continues is found.
+#[derive(Debug)]
+pub enum Resolved {
+    /// Nothing to publish (an approval with no run awaiting one, a retry of a run that has
+    /// not ended, `/agent stop`, an ignored event), and why.
+    Ignored(String),
+    /// A request to publish.
+    Publish(Box<Prepared>),
+}
+
+/// A [`PublishRequest`] with the earlier run of the same request already looked for, so that
+/// the services can be built with its models and spend and [`publish_prepared`] need not
+/// look again.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The request.
+    pub req: PublishRequest,
+    existing: Option<Existing>,
+}
+
+impl Prepared {
+    /// The record of the run this request continues, if any.
+    pub fn record(&self) -> Option<&RunRecord> {
+        self.existing.as_ref().and_then(|e| e.record.as_ref())
+    }
+
+    /// The models to run with: `flags` when given, else those the continued run used.
+    pub fn models(&self, flags: Vec<String>) -> Vec<String> {
+        match self.record() {
+            Some(r) if flags.is_empty() => r.model_flags.clone(),
+            _ => flags,
+        }
+    }
+
+    /// What the router needs to continue the earlier run, if there is one.
+    pub fn resume_state(&self) -> Option<ResumeState> {
+        self.record().map(resume_state)
+    }
+}
+
+/// Bring the task's base branch (and the PR branch it continues, as `origin/<branch>`) from
+/// the remote when `fetch` says so.
+fn fetch_for(l: &Lookup<'_>, task: &Task) -> Result<()> {
+    let Fetch::From(creds) = l.fetch else {
+        return Ok(());
+    };
+    let base = task
+        .base
+        .trim_start_matches("refs/heads/")
+        .trim_start_matches("origin/");
+    let failed = |what: String| {
+        move |source| Error::Fetch {
+            what,
+            source: Box::new(source),
+        }
+    };
+    l.repo
+        .fetch_branch(l.remote, base, creds)
+        .map_err(failed(format!("cannot fetch {base} from {}", l.remote)))?;
+    if let Some(branch) = &task.branch {
+        l.repo
+            .fetch_branch_as(
+                l.remote,
+                branch,
+                &format!("refs/remotes/origin/{branch}"),
+                creds,
+            )
+            .map_err(failed(format!("cannot fetch {branch} from {}", l.remote)))?;
+    }
+    Ok(())
+}
+
+/// Resolve what the trigger decided into a request to publish: the one place where a run,
+/// `/agent approve [RUN]` and `/agent retry` find the run they start, continue or repeat,
+/// for the Action and the bot alike. The earlier run of the request is looked for once.
+pub async fn resolve(l: &Lookup<'_>, outcome: Outcome) -> Result<Resolved> {
+    let ignored = |reason: String| Ok(Resolved::Ignored(reason));
+    let prepared = |req, existing| Ok(Resolved::Publish(Box::new(Prepared { req, existing })));
+    match outcome {
+        Outcome::Ignored { reason } => ignored(reason),
+        Outcome::Stop(control) => ignored(format!(
+            "/agent stop on {}#{} stops a running job; there is nothing to publish",
+            control.repo, control.number
+        )),
+        Outcome::Run(t) => {
+            fetch_for(l, &t.task)?;
+            let existing = find_run(l.repo, l.forge, &t.task, l.remote).await?;
+            prepared(PublishRequest::new(t.task, t.react_to, l.remote), existing)
+        }
+        Outcome::Approve { control, run } => {
+            let found = run_in_conversation(
+                l.repo,
+                l.forge,
+                &control.repo,
+                control.number,
+                run.as_deref(),
+                l.remote,
+            )
+            .await?;
+            let Some(record) = found else {
+                return ignored(format!(
+                    "no agent run{} on #{} to approve",
+                    run.map(|r| format!(" {r}")).unwrap_or_default(),
+                    control.number
+                ));
+            };
+            if record.state != RunState::AwaitingApproval {
+                return ignored(format!(
+                    "run {} is {}, not awaiting approval",
+                    record.run_id, record.state
+                ));
+            }
+            fetch_for(l, &record.task)?;
+            let mut req = PublishRequest::new(record.task.clone(), Some(control.comment), l.remote);
+            req.approve = Some(control.requested_by.login.clone());
+            let existing = Existing {
+                run_id: record.run_id.clone(),
+                record: Some(record),
+            };
+            prepared(req, Some(existing))
+        }
+        Outcome::Retry(control) => {
+            let found = run_in_conversation(
+                l.repo,
+                l.forge,
+                &control.repo,
+                control.number,
+                None,
+                l.remote,
+            )
+            .await?;
+            let Some(last) = found else {
+                return ignored(format!("no agent run on #{} to retry", control.number));
+            };
+            if !last.state.is_terminal() {
+                return ignored(format!(
+                    "run {} is {}: it has not ended, so there is nothing to retry",
+                    last.run_id, last.state
+                ));
+            }
+            // A new request: keyed on the retry comment (a redelivery of it continues the same
+            // retry), on a branch of its own beside the first run's.
+            let mut task = last.task.clone();
+            let (CommentTarget::IssueComment(comment_id)
+            | CommentTarget::ReviewComment(comment_id)) = control.comment;
+            task.key = format!("{}:retry-{comment_id}", last.task.key);
+            fetch_for(l, &task)?;
+            let existing = find_run(l.repo, l.forge, &task, l.remote).await?;
+            let mut req = PublishRequest::new(task, Some(control.comment), l.remote);
+            if last.task.branch.is_none() {
+                req.start.branch = Some(format!("{}-retry-{comment_id}", last.branch));
+            }
+            prepared(req, existing)
+        }
+    }
+}
+
 /// What a router needs to continue `rec`: its spend, time and the roles already called (a
 /// scripted model skips the replies those calls consumed).
 pub fn resume_state(rec: &RunRecord) -> ResumeState {
@@ -364,6 +545,25 @@ fn progress_body(v: &ProgressView<'_>) -> String {
 /// documentation for the steps. Forge failures of the comment and the 👀 are logged and
 /// passed over (they are courtesy); failures to push or to open the PR are errors.
 pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> Result<Published> {
+    let existing = find_run(&svc.repo, forge, &req.task, &req.remote).await?;
+    publish_found(svc, forge, req, existing).await
+}
+
+/// [`publish`] a request that [`resolve`] prepared, with the earlier run it found.
+pub async fn publish_prepared(
+    svc: &Services,
+    forge: &dyn Forge,
+    prepared: Prepared,
+) -> Result<Published> {
+    publish_found(svc, forge, prepared.req, prepared.existing).await
+}
+
+async fn publish_found(
+    svc: &Services,
+    forge: &dyn Forge,
+    req: PublishRequest,
+    existing: Option<Existing>,
+) -> Result<Published> {
     let PublishRequest {
         mut task,
         react_to,
@@ -386,7 +586,6 @@ pub async fn publish(svc: &Services, forge: &dyn Forge, req: PublishRequest) -> 
     {
         tracing::warn!(error = %e, "cannot react to the triggering comment");
     }
-    let existing = find_run(&svc.repo, forge, &task, &remote).await?;
     let resumed = existing.as_ref().is_some_and(|e| e.record.is_some());
     if approve.is_some() && !resumed {
         return Err(Error::Invalid(format!(

@@ -14,7 +14,7 @@ use crate::config::TriggerConfig;
 use crate::forge::Forge;
 use crate::forge::github::{Auth, GitHub, GitHubOptions};
 use crate::task::RepoRef;
-use crate::trigger::{self, Control, Outcome, Triggered};
+use crate::trigger::{self, Outcome};
 
 /// How the bot authenticates to GitHub.
 #[derive(Clone)]
@@ -50,43 +50,18 @@ pub struct Target {
     pub git_token: Option<SecretString>,
 }
 
-/// What a job asks of the run-and-publish path.
-#[derive(Debug, Clone)]
-pub enum Request {
-    /// Start (or continue, when the same request ran before) a run.
-    Run(Box<Triggered>),
-    /// `/agent approve [RUN]`: approve the conversation's run awaiting approval and continue it.
-    Approve {
-        /// Where and by whom (the trigger checked the commenter's permission).
-        control: Control,
-        /// The run named in the command, if any (else the newest in the conversation).
-        run: Option<String>,
-    },
-    /// `/agent retry`: run the conversation's newest request again, as a new run.
-    Retry(Control),
-}
-
-impl Request {
-    /// The repository the request is about.
-    pub fn repo(&self) -> Option<&RepoRef> {
-        match self {
-            Request::Run(t) => t.task.repo.as_ref(),
-            Request::Approve { control, .. } | Request::Retry(control) => Some(&control.repo),
-        }
-    }
-}
-
 /// Runs a request to its pull request, put behind a trait so the worker does not depend on
 /// how it is done (production: `run::publish`, the path the Action takes too).
 #[async_trait]
 pub trait Publisher: Send + Sync {
-    /// Carry out `request` on `target`; return soon once `cancel` fires. `stop` fires first
-    /// when the cause is `/agent stop`: then end the run as cancelled and say so. A request
-    /// that finds nothing to do (an approval with no run awaiting one) is
-    /// [`JobOutcome::Ignored`].
+    /// Carry out what the trigger decided for `repo` (a run, `/agent approve`, `/agent
+    /// retry`) on `target`; return soon once `cancel` fires. `stop` fires first when the
+    /// cause is `/agent stop`: then end the run as cancelled and say so. A request that finds
+    /// nothing to do (an approval with no run awaiting one) is [`JobOutcome::Ignored`].
     async fn publish(
         &self,
-        request: Request,
+        repo: RepoRef,
+        outcome: Outcome,
         target: Target,
         cancel: CancellationToken,
         stop: CancellationToken,
@@ -160,19 +135,22 @@ impl JobRunner for GitHubRunner {
         )
         .await
         .map_err(|e| fail(e.to_string()))?;
-        let request = match outcome {
-            Outcome::Ignored { reason } => return Ok(JobOutcome::Ignored { reason }),
+        let repo = match &outcome {
+            Outcome::Ignored { reason } => {
+                return Ok(JobOutcome::Ignored {
+                    reason: reason.clone(),
+                });
+            }
             Outcome::Stop(control) => {
                 return Ok(JobOutcome::Stop {
                     lane: format!("{}#{}", control.repo, control.number),
                 });
             }
-            Outcome::Approve { control, run } => Request::Approve { control, run },
-            Outcome::Retry(control) => Request::Retry(control),
-            Outcome::Run(triggered) => Request::Run(triggered),
-        };
-        let Some(repo) = request.repo().cloned() else {
-            return Err(fail("the task names no repository".into()));
+            Outcome::Approve { control, .. } | Outcome::Retry(control) => control.repo.clone(),
+            Outcome::Run(t) => match &t.task.repo {
+                Some(r) => r.clone(),
+                None => return Err(fail("the task names no repository".into())),
+            },
         };
         let git_token = github.git_token().await.map_err(|e| fail(e.to_string()))?;
         let target = Target {
@@ -186,7 +164,7 @@ impl JobRunner for GitHubRunner {
             git_token: Some(SecretString::from(git_token)),
         };
         self.publisher
-            .publish(request, target, cancel, job.stop.clone())
+            .publish(repo, outcome, target, cancel, job.stop.clone())
             .await
     }
 }

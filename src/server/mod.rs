@@ -13,6 +13,7 @@ pub mod github;
 mod limits;
 mod listen;
 mod metrics;
+pub mod publisher;
 pub mod runner;
 pub mod signature;
 mod status;

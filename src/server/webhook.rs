@@ -15,7 +15,7 @@ use super::AppState;
 use super::limits::Charge;
 use super::listen::{Refusal, Timeout};
 use super::signature;
-use crate::run::failpoint;
+use crate::failpoint::failpoint;
 use crate::store::{Enqueued, NewDelivery};
 use crate::trigger::command::{self, Command};
 use crate::trigger::fields;

@@ -3,17 +3,30 @@
 use std::path::Path;
 use std::process::Command;
 
-/// Run `git` in `dir` with a fixed identity, `main` as the default branch, no hooks and no
-/// system or global configuration; panics with git's stderr unless it succeeds; its stdout.
+/// Run `git` in `dir` with a fixed identity, `main` as the default branch, no hooks, no
+/// fsmonitor and no system or global configuration; panics with git's stderr unless it
+/// succeeds; its stdout. The one `git` of the integration tests.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+    git_with(dir, &[], args)
+}
+
+/// [`git`] with more `-c` settings (`"init.defaultBranch=master"`), which win over the
+/// defaults.
+pub fn git_with(dir: &Path, config: &[&str], args: &[&str]) -> String {
+    let mut cmd = Command::new("git");
+    cmd.args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
         .args([
             "-c",
             "init.defaultBranch=main",
             "-c",
             "core.hooksPath=/dev/null",
-        ])
+            "-c",
+            "core.fsmonitor=false",
+        ]);
+    for c in config {
+        cmd.args(["-c", c]);
+    }
+    let out = cmd
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -22,7 +35,8 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         .unwrap();
     assert!(
         out.status.success(),
-        "git {args:?}: {}",
+        "git {args:?} in {}: {}",
+        dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()

@@ -1,18 +1,7 @@
 //! The configuration layers as the CLI resolves them against a real repository.
 
+use super::common::git;
 use std::process::Command;
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
-}
 
 /// The repository layer comes from the base ref's tree, never from the work tree.
 #[test]

@@ -4,9 +4,9 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use super::common::git;
 use git_agent::audit::redact::{Redactor, scan_diff};
 use git_agent::config::{NetworkMode, SandboxMode};
 use git_agent::exec::{
@@ -24,20 +24,6 @@ fn repo() -> (tempfile::TempDir, PathBuf) {
     std::fs::create_dir(root.join("sub")).unwrap();
     git(&root.join("sub"), &["init", "-q"]);
     (dir, root)
-}
-
-fn git(cwd: &Path, args: &[&str]) -> String {
-    let s = Command::new("git")
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    assert!(
-        s.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&s.stderr)
-    );
-    String::from_utf8(s.stdout).unwrap()
 }
 
 fn opts(sandbox: SandboxMode, network: NetworkMode) -> ExecOptions {

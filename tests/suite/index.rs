@@ -4,20 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
+use super::common::git;
 use git_agent::index::{CacheLocation, Index, IndexOptions, RankOptions, TokenCounter};
 use git_agent::workspace::Repo;
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
-}
 
 fn write(dir: &Path, path: &str, text: &str) {
     let p = dir.join(path);

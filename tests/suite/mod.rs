@@ -6,6 +6,7 @@ mod config;
 mod exec;
 mod github;
 mod index;
+mod layers;
 mod model;
 mod publish;
 mod run;

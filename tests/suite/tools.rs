@@ -7,24 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use super::common::git;
 use git_agent::config::{Config, Layer, Source};
 use git_agent::policy::{Policy, PolicyEvent};
 use git_agent::tools::{
     ChangeAction, MemorySink, Registry, ToolContext, ToolError, ToolEvent, ToolOutput,
 };
 use serde_json::json;
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
-}
 
 struct Fixture {
     _tmp: tempfile::TempDir,

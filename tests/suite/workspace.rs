@@ -3,35 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::common::git;
 use git_agent::workspace::{
     CommitRequest, Credentials, Provenance, Repo, WorktreeOptions, WorktreeRequest,
 };
-
-/// `git` for test set-up and checks: isolated from the machine's config.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-        .args([
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ])
-        .args(["-c", "core.fsmonitor=false"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn write(dir: &Path, rela: &str, content: &[u8]) {
     let p = dir.join(rela);

@@ -12,6 +12,7 @@ use git_agent::workspace::Repo;
 use serde_json::json;
 
 use super::fake::{Canned, Fake};
+use crate::suite::common::git;
 
 fn repo() -> RepoRef {
     RepoRef {
@@ -339,29 +340,6 @@ async fn app_auth_mints_caches_and_refreshes_installation_tokens() {
     );
     assert!(matches!(bad, Err(Error::Auth(_))));
     fake.assert_clean();
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=T",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[tokio::test]

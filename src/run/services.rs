@@ -1,0 +1,119 @@
+//! Building what a run needs from the layered configuration: every front door (the terminal,
+//! the Action, the bot) composes its [`Services`] here, so that none of them has a way of its
+//! own to pick models, mask secrets or read the repository's configuration.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::engine::{RunEvent, Services};
+use super::error::{Error, Result};
+use crate::audit::redact::Redactor;
+use crate::config::{self, Config, Layer, Source};
+use crate::exec::ExecOptions;
+use crate::model::{ResumeState, Role, Router, RouterOptions};
+use crate::workspace::Repo;
+
+/// Path of the repository's config file inside its tree.
+pub const REPO_CONFIG_PATH: &str = ".github/agent.toml";
+
+/// Where a run's progress events go.
+pub type ProgressSink = Arc<dyn Fn(&RunEvent) + Send + Sync>;
+
+/// Resolve the configuration: defaults < user file < the repository file read from `base`
+/// (never the work tree) < `GIT_AGENT_*` < `flags`.
+pub fn load_config(
+    repo: Option<(&Repo, &str)>,
+    user_file: Option<PathBuf>,
+    flags: Vec<Layer>,
+) -> Result<Config> {
+    let mut layers = Vec::new();
+    if let Some(path) = user_file.or_else(config::user_config_path)
+        && let Some(layer) = config::user_layer(&path)?
+    {
+        layers.push(layer);
+    }
+    if let Some((repo, base)) = repo
+        && let Some(bytes) = repo.read_file_at(base, REPO_CONFIG_PATH)?
+    {
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::Invalid(format!("{base}:{REPO_CONFIG_PATH} is not UTF-8")))?;
+        layers.push(Layer::Toml {
+            text,
+            origin: Source::Repo {
+                rev: base.to_string(),
+                path: REPO_CONFIG_PATH.to_string(),
+            },
+        });
+    }
+    layers.extend(config::env_layers(std::env::vars()));
+    layers.extend(flags);
+    Ok(Config::resolve(layers)?)
+}
+
+/// What [`build`] needs besides the repository and the configuration.
+#[derive(Clone)]
+pub struct Options {
+    /// `--model` flags (or the record's, when a run continues).
+    pub models: Vec<String>,
+    /// Record every model exchange to this file (`--record`).
+    pub record: Option<PathBuf>,
+    /// The spend, time and roles of the run being continued.
+    pub resume: Option<ResumeState>,
+    /// Where progress goes.
+    pub progress: ProgressSink,
+}
+
+impl Options {
+    /// Options with `models`, progress as `tracing` debug events (a front door with no
+    /// terminal: the bot), nothing recorded, nothing continued.
+    pub fn traced(models: Vec<String>) -> Self {
+        Options {
+            models,
+            record: None,
+            resume: None,
+            progress: Arc::new(|e: &RunEvent| tracing::debug!(event = ?e, "run progress")),
+        }
+    }
+}
+
+/// The services of a run over `cfg`: the model router (failing when no coder model is
+/// configured), the redactor over the process's secrets and the configured key variables,
+/// and the executor options.
+pub fn build(repo: Repo, cfg: Config, opts: Options) -> Result<Services> {
+    let env = |k: &str| std::env::var(k).ok();
+    let router = Router::from_settings(
+        &cfg.settings,
+        &RouterOptions {
+            model_flags: opts.models,
+            record: opts.record,
+            resume: opts.resume,
+        },
+        &env,
+    )?;
+    if router.spec(Role::Coder).is_none() {
+        return Err(Error::Invalid(
+            "no model is configured: pass --model PROVIDER:MODEL (e.g. openai:gpt-5, \
+             ollama:qwen2.5-coder, scripted:run.jsonl) or set [models] coder in your config"
+                .into(),
+        ));
+    }
+    let key_names: Vec<String> = [
+        &cfg.settings.providers.openai,
+        &cfg.settings.providers.anthropic,
+        &cfg.settings.providers.ollama,
+    ]
+    .into_iter()
+    .filter_map(|p| p.api_key_env.clone())
+    .collect();
+    let redactor = Redactor::from_process_env(&key_names)?;
+    let exec_options = ExecOptions::from_settings(&cfg.settings);
+    Ok(Services {
+        config: cfg,
+        repo,
+        router: Arc::new(router),
+        redactor: Arc::new(redactor),
+        progress: opts.progress,
+        exec_options,
+        warm_pool: true,
+    })
+}
