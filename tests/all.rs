@@ -1,6 +1,8 @@
 //! Integration tests, linked once. Each concern has its file under `tests/suite/`.
 
+// The tests replay attacks with raw system calls (pipes, fds, environment).
 #![allow(
+    unsafe_code,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::print_stdout,

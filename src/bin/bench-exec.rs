@@ -12,7 +12,7 @@
 //! longer than the RCU grace periods a cgroup move waits for, so no sample profits from a
 //! move just made by another one), and the order of the configurations rotates each round.
 //!
-//! `cargo run --release --bin bench-exec [-- ITERATIONS [GAP_MS]]`
+//! `cargo run --release --features bench --bin bench-exec [-- ITERATIONS [GAP_MS]]`
 #![allow(clippy::disallowed_methods)] // a benchmark prints its figures; nothing secret
 
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! bench-index: a full index build of a large repository against `ctags -R` in the same run,
 //! then the update after a one-file change, with peak memory of both.
 //!
-//! `cargo run --release --bin bench-index -- [--repo DIR] [--threads N] [--skip-ctags]`
+//! `cargo run --release --features bench --bin bench-index -- [--repo DIR] [--threads N] [--skip-ctags]`
 //!
 //! The repository must have a work tree (ctags reads files; we read the commit's blobs from the
 //! object database). The one-file change is committed and then undone with `git reset`.
@@ -27,9 +27,11 @@ fn peak_rss_self_kib() -> u64 {
         .unwrap_or(0)
 }
 
+#[allow(unsafe_code)]
 fn peak_rss_children_kib() -> u64 {
-    // SAFETY: getrusage writes into the zeroed struct we own.
+    // SAFETY: rusage is plain data; all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we own.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
     if rc == 0 { ru.ru_maxrss as u64 } else { 0 }
 }

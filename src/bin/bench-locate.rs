@@ -11,7 +11,7 @@
 //! `tune` half when the FNV-1a hash of its id is even, else in the `held-out` half. Weights are
 //! tuned on the tune half only; both halves and the total are reported.
 //!
-//! `cargo run --release --bin bench-locate -- [--data F] [--mirrors DIR] [--cache DIR]
+//! `cargo run --release --features bench --bin bench-locate -- [--data F] [--mirrors DIR] [--cache DIR]
 //! [--opts JSON] [--no-baseline] [--misses] [--sweep FILE]`
 //!
 //! `--sweep FILE` reads one `RankOptions` JSON object a line and prints Acc@k of each on both

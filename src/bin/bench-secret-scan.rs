@@ -13,7 +13,7 @@
 //! Token-pattern and private-key findings are listed for judgement: real repositories do
 //! carry example tokens and test keys.
 //!
-//! `cargo run --release --bin bench-secret-scan -- git /path/repo -- dir ~/.cargo/registry/src/x`
+//! `cargo run --release --features bench --bin bench-secret-scan -- git /path/repo -- dir ~/.cargo/registry/src/x`
 #![allow(clippy::disallowed_methods)] // a benchmark prints its figures; nothing secret
 
 use std::collections::BTreeMap;

@@ -465,6 +465,7 @@ struct Target {
 
 /// The CPU time (user and system, all threads) process `pid` has used so far, from
 /// `/proc/<pid>/stat`, in seconds.
+#[allow(unsafe_code)]
 fn cpu_secs(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces), from the third on.

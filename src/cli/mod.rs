@@ -22,6 +22,47 @@ pub mod exit {
     pub const AWAITING_APPROVAL: u8 = 4;
     /// Refused by policy.
     pub const POLICY: u8 = 5;
+    /// A fault of git-agent itself, not of the request, the configuration or the
+    /// environment: its own state could not be read or written (run directory, audit log,
+    /// worktree), a command could not be started or waited for, or it panicked. Worth a bug
+    /// report with the log.
+    pub const INTERNAL: u8 = 7;
+}
+
+/// The exit code of an error: [`exit::INTERNAL`] when a cause in its chain is a fault of the
+/// harness itself, else [`exit::USAGE`] (a request, configuration or environment the user can
+/// fix: a missing secret, a repository that loosens the policy, a sandbox this machine cannot
+/// give, a model that cannot be reached).
+fn error_exit_code(e: &anyhow::Error) -> u8 {
+    use crate::{audit, exec, run, workspace};
+    for cause in e.chain() {
+        if let Some(e) = cause.downcast_ref::<run::Error>() {
+            return if e.is_internal() {
+                exit::INTERNAL
+            } else {
+                exit::USAGE
+            };
+        }
+        let internal = match (
+            cause.downcast_ref::<workspace::Error>(),
+            cause.downcast_ref::<exec::Error>(),
+        ) {
+            (Some(e), _) => Some(e.is_internal()),
+            (_, Some(e)) => Some(e.is_internal()),
+            _ => None,
+        };
+        if let Some(internal) = internal {
+            return if internal {
+                exit::INTERNAL
+            } else {
+                exit::USAGE
+            };
+        }
+        if cause.downcast_ref::<audit::chain::Error>().is_some() {
+            return exit::INTERNAL;
+        }
+    }
+    exit::USAGE
 }
 
 /// git-agent: turns a request into a branch of verified commits and a pull request.
@@ -96,7 +137,33 @@ pub fn main() -> ExitCode {
     if !matches!(cli.command, Command::Serve(_)) {
         init_tracing(&cli.log);
     }
-    let result = match cli.command {
+    // A panic is a fault of git-agent: exit INTERNAL, with its message redacted like every
+    // other line we print.
+    std::panic::set_hook(Box::new(|info| {
+        let _ = output::warn(format_args!(
+            "internal error (please report it with the log): {info}"
+        ));
+    }));
+    let command = cli.command;
+    let log = cli.log;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(command, &log)));
+    let result = match result {
+        Ok(r) => r,
+        Err(_) => return ExitCode::from(exit::INTERNAL),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            // An error may quote a command line, a URL or a model's words: redacted too.
+            let _ = output::warn(format_args!("error: {e:#}"));
+            ExitCode::from(error_exit_code(&e))
+        }
+    }
+}
+
+/// Run one command.
+fn dispatch(command: Command, log: &str) -> anyhow::Result<u8> {
+    match command {
         Command::Config(args) => config_cmd::run(args),
         Command::Status(args) => runs_cmd::status(args),
         Command::Show(args) => runs_cmd::show(args),
@@ -110,17 +177,7 @@ pub fn main() -> ExitCode {
         Command::Map(args) => map_cmd::run(args),
         Command::Locate(args) => locate_cmd::run(args),
         Command::Action(args) => action_cmd::run(args),
-        Command::Serve(args) => serve_cmd::run(args, &cli.log),
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            // An error may quote a command line, a URL or a model's words: redacted too.
-            if output::warn(format_args!("error: {e:#}")).is_err() {
-                return ExitCode::from(exit::USAGE);
-            }
-            ExitCode::from(exit::USAGE)
-        }
+        Command::Serve(args) => serve_cmd::run(args, log),
     }
 }
 

@@ -87,3 +87,15 @@ pub enum Error {
 
 /// `Result` with this module's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether this is a fault of the harness (a command it could not start or wait for, no
+    /// temporary directory, no runtime) rather than of the configuration or the machine (a
+    /// sandbox this machine cannot give, a secret in the environment, an empty command).
+    pub fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            Error::Spawn { .. } | Error::Wait { .. } | Error::TempDir(_) | Error::NoRuntime
+        )
+    }
+}

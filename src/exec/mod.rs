@@ -25,13 +25,20 @@
 //! ```
 
 mod capture;
+// System calls between fork and exec, namespaces, mounts and descriptors: the unsafe
+// code of the crate lives in these modules, each block with its SAFETY argument.
+#[allow(unsafe_code)]
 mod cgroup;
 mod env;
 mod error;
+#[allow(unsafe_code)]
 mod helper;
+#[allow(unsafe_code)]
 mod local;
 pub mod proxy;
+#[allow(unsafe_code)]
 mod sandbox;
+#[allow(unsafe_code)]
 mod spawner;
 mod view;
 

@@ -380,9 +380,7 @@ struct JobsJson {
 impl GitHub {
     /// A client for `options.api_base` authenticated by `auth`.
     pub fn new(auth: Auth, options: GitHubOptions) -> Result<GitHub> {
-        // Both octocrab's and reqwest's rustls look for a process-wide provider; ring is the
-        // one this crate is built with. Installing it twice is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::tls::install_provider();
         let base = options.api_base.trim_end_matches('/').to_string();
         let bad_base = |why: String| Error::BaseUrl {
             url: options.api_base.clone(),

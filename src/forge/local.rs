@@ -107,19 +107,8 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
 
 /// Write `bytes` to `path` atomically (temp file in the same directory, then rename).
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| local(format!("{} has no directory", path.display())))?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| local(format!("cannot create {}: {e}", dir.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes)
-        .map_err(|e| local(format!("cannot write {}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(|e| local(format!("cannot write {}: {e}", path.display())))
+    crate::fsutil::write_atomic(path, bytes, crate::fsutil::Durability::Durable)
+        .map_err(|e| local(format!("cannot write {}: {e}", path.display())))
 }
 
 impl LocalForge {

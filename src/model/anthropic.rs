@@ -3,9 +3,8 @@
 //! usage's `cache_read_input_tokens`/`cache_creation_input_tokens`), and `overloaded_error`
 //! (HTTP 529, or an `error` event inside the stream), which is retried.
 
-use std::fmt;
-
 use futures_util::future::BoxFuture;
+use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{Value, json};
 
 use super::ModelClient;
@@ -22,32 +21,21 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_VERSION: &str = "2023-06-01";
 
 /// Settings of one Anthropic client.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct AnthropicOptions {
     /// Base URL, with or without a trailing `/v1`.
     pub base_url: String,
     /// Model name.
     pub model: String,
-    /// API key (sent as `x-api-key`; empty sends none, for local compatible servers).
-    pub api_key: String,
+    /// API key (sent as `x-api-key`; `None` sends none, for local compatible servers). A
+    /// secret: its `Debug` is `[REDACTED]`.
+    pub api_key: Option<SecretString>,
     /// The environment variable the key comes from, for error messages.
     pub key_var: String,
     /// Time-outs and retries.
     pub net: ModelNetConfig,
     /// Ask for a streamed reply (default).
     pub stream: bool,
-}
-
-impl fmt::Debug for AnthropicOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicOptions")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &"***")
-            .field("key_var", &self.key_var)
-            .field("stream", &self.stream)
-            .finish()
-    }
 }
 
 /// A Messages API client.
@@ -195,10 +183,10 @@ impl AnthropicClient {
             .header("content-type", "application/json")
             .header("anthropic-version", API_VERSION)
             .body(self.body(req).to_string());
-        let rb = if self.opts.api_key.is_empty() {
-            rb
+        let rb = if let Some(key) = &self.opts.api_key {
+            rb.header("x-api-key", key.expose_secret())
         } else {
-            rb.header("x-api-key", &self.opts.api_key)
+            rb
         };
         let resp = self.caller.send(rb).await?;
         if !http::is_event_stream(&resp) {

@@ -20,10 +20,10 @@ pub(crate) fn secs(s: f64, default: f64) -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
-/// Build the HTTP client. reqwest is compiled with `rustls-no-provider`, so the ring provider
-/// is installed first (a second install reports "already installed", which is fine).
+/// Build the HTTP client. reqwest is compiled with `rustls-no-provider`, so the process's
+/// provider is installed first.
 pub(crate) fn client(net: &ModelNetConfig, provider: &str) -> Result<reqwest::Client> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::tls::install_provider();
     reqwest::Client::builder()
         .connect_timeout(secs(net.connect_timeout_s, 10.0))
         .build()

@@ -10,9 +10,8 @@
 //! of the answer), and servers that do not honour a tool forced by name (llama-server reads
 //! the object form of `tool_choice` as "auto"), which get `"required"` with only that tool.
 
-use std::fmt;
-
 use futures_util::future::BoxFuture;
+use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{Value, json};
 
 use super::ModelClient;
@@ -27,7 +26,7 @@ use crate::config::ModelNetConfig;
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// Settings of one OpenAI-compatible client.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct OpenAiOptions {
     /// Provider label for messages and records (`openai`, `ollama`).
     pub provider: String,
@@ -35,27 +34,15 @@ pub struct OpenAiOptions {
     pub base_url: String,
     /// Model name sent in each request.
     pub model: String,
-    /// API key; `None` sends no `Authorization` header (local servers).
-    pub api_key: Option<String>,
+    /// API key; `None` sends no `Authorization` header (local servers). A secret: its
+    /// `Debug` is `[REDACTED]`.
+    pub api_key: Option<SecretString>,
     /// The environment variable the key comes from, for error messages.
     pub key_var: String,
     /// Time-outs and retries.
     pub net: ModelNetConfig,
     /// Ask for a streamed reply (default); `false` asks for one JSON document.
     pub stream: bool,
-}
-
-impl fmt::Debug for OpenAiOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiOptions")
-            .field("provider", &self.provider)
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
-            .field("key_var", &self.key_var)
-            .field("stream", &self.stream)
-            .finish()
-    }
 }
 
 /// A Chat Completions client.
@@ -194,7 +181,7 @@ impl OpenAiClient {
             )
             .body(self.body(req).to_string());
         if let Some(k) = &self.opts.api_key {
-            rb = rb.bearer_auth(k);
+            rb = rb.bearer_auth(k.expose_secret());
         }
         let resp = self.caller.send(rb).await?;
         if !http::is_event_stream(&resp) {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
+use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -180,7 +181,7 @@ pub fn build_client(
                 .or_else(|| base_env.and_then(var))
                 .unwrap_or_else(|| default_base.to_string());
             let key_var = key_var(pc, default_key);
-            let api_key = var(&key_var);
+            let api_key = var(&key_var).map(SecretString::from);
             if api_key.is_none() && base_url.starts_with(openai::DEFAULT_BASE_URL) {
                 return Err(Error::MissingKey {
                     provider: spec.provider.as_str().into(),
@@ -205,16 +206,13 @@ pub fn build_client(
                 .or_else(|| var("ANTHROPIC_BASE_URL"))
                 .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string());
             let key_var = key_var(pc, "ANTHROPIC_API_KEY");
-            let api_key = match var(&key_var) {
-                Some(k) => k,
-                None if base_url.starts_with(anthropic::DEFAULT_BASE_URL) => {
-                    return Err(Error::MissingKey {
-                        provider: "anthropic".into(),
-                        key_var,
-                    });
-                }
-                None => String::new(),
-            };
+            let api_key = var(&key_var).map(SecretString::from);
+            if api_key.is_none() && base_url.starts_with(anthropic::DEFAULT_BASE_URL) {
+                return Err(Error::MissingKey {
+                    provider: "anthropic".into(),
+                    key_var,
+                });
+            }
             Arc::new(AnthropicClient::new(AnthropicOptions {
                 base_url,
                 model: spec.model.clone(),

@@ -66,6 +66,26 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is a fault of the harness itself (its own files, the git engine, the
+    /// audit log, a command it could not start) rather than of the request, the
+    /// configuration, the model or the forge.
+    pub fn is_internal(&self) -> bool {
+        match self {
+            Error::Workspace(e) => e.is_internal(),
+            Error::Exec(e) => e.is_internal(),
+            Error::Audit(_) | Error::Tool(_) | Error::Io { .. } => true,
+            Error::Model(_)
+            | Error::Policy(_)
+            | Error::Config(_)
+            | Error::Redact(_)
+            | Error::Verify(_)
+            | Error::Forge { .. }
+            | Error::Fetch { .. }
+            | Error::SecretInDiff(_)
+            | Error::Invalid(_) => false,
+        }
+    }
+
     pub(crate) fn io(context: &'static str, path: &Path, source: std::io::Error) -> Self {
         Error::Io {
             context,

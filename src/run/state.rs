@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::audit::Redacted;
+use crate::fsutil::{self, Durability};
 
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -106,32 +107,14 @@ impl std::fmt::Display for RunState {
 /// Write `text` to `path` so that a crash leaves either the old or the new content. Every
 /// file of a run directory is pushed with the run's record, so only redacted text is taken.
 pub fn write_atomic(path: &Path, text: &Redacted) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let bytes = text.as_str().as_bytes();
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    fsutil::write_atomic(path, text.as_str().as_bytes(), Durability::Durable)
 }
 
 /// Replace `path` by a temporary file and a rename, without fsync: atomic for any process
 /// that reads it and safe against `kill -9`, durable against power loss only once a later
 /// [`write_atomic`] or fsync has run. For the many saves inside one step.
 pub fn write_replace(path: &Path, text: &Redacted) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let bytes = text.as_str().as_bytes();
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    fsutil::write_atomic(path, text.as_str().as_bytes(), Durability::Replace)
 }
 
 /// The path of a run's state file.

@@ -106,3 +106,12 @@ pub(crate) fn io_err(
         source,
     }
 }
+
+impl Error {
+    /// Whether this is a fault of the harness (a file it could not read or write, the git
+    /// engine failing) rather than of what it was asked (a bad revision, a taken branch, a
+    /// refused push, a directory that is not a repository).
+    pub fn is_internal(&self) -> bool {
+        matches!(self, Error::Io { .. } | Error::Git { .. })
+    }
+}

@@ -2,7 +2,7 @@
 //! below it, never one above. The layers are those `docs/ARCHITECTURE.md` draws:
 //!
 //! `cli → server → run → {tools, trigger} → {policy, exec, model, index, forge}
-//!  → {config, store, verify, audit, workspace, task, failpoint}`
+//!  → {config, store, verify, audit, workspace, task, failpoint, fsutil, tls}`
 //!
 //! A new top-level module must be placed in a layer here before it can be used.
 
@@ -23,6 +23,8 @@ const LAYERS: &[&[&str]] = &[
         "workspace",
         "task",
         "failpoint",
+        "fsutil",
+        "tls",
     ],
 ];
 

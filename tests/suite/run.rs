@@ -998,3 +998,35 @@ fn encoded_token_in_the_change_blocks_the_commit_end_to_end() {
         assert!(!text.contains(&rev[..16]));
     }
 }
+
+/// A fault of git-agent itself exits 7 (internal), not 2 (usage): here its state directory
+/// cannot be made, because `<git-common-dir>/agent` is a file. A usage error stays 2.
+#[test]
+fn an_internal_fault_exits_7_and_a_usage_error_2() {
+    let f = Fixture::new("rust-add");
+    let script = f.script(&[plan(&["src/lib.rs"]), finish()]);
+    let agent_dir = f.repo().join(".git/agent");
+    let _ = std::fs::remove_dir_all(&agent_dir);
+    std::fs::write(&agent_dir, "not a directory").unwrap();
+    let out = f.agent(
+        &[
+            "fix",
+            "--model",
+            &format!("scripted:{}", script.display()),
+            "make add add",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(err.contains("agent"), "the error names what failed: {err}");
+
+    std::fs::remove_file(&agent_dir).unwrap();
+    let out = f.agent(&["fix", "--model", "nosuchprovider:x", "make add add"], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

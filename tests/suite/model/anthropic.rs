@@ -16,7 +16,7 @@ fn client(base: &str) -> AnthropicClient {
     AnthropicClient::new(AnthropicOptions {
         base_url: base.into(),
         model: "claude-sonnet-4-5".into(),
-        api_key: "sk-ant-test".into(),
+        api_key: Some("sk-ant-test".into()),
         key_var: "ANTHROPIC_API_KEY".into(),
         net: net(),
         stream: true,

@@ -347,7 +347,7 @@ async fn llama_server_speaks_the_messages_api_to_our_anthropic_client() {
     let c = AnthropicClient::new(AnthropicOptions {
         base_url: server.base.trim_end_matches("/v1").to_string(),
         model: "smollm2".into(),
-        api_key: String::new(),
+        api_key: None,
         key_var: "ANTHROPIC_API_KEY".into(),
         net: ModelNetConfig {
             request_timeout_s: 300.0,
@@ -376,7 +376,7 @@ async fn llama_server_messages_api_forced_tool_call() {
     let c = AnthropicClient::new(AnthropicOptions {
         base_url: server.base.trim_end_matches("/v1").to_string(),
         model: "smollm2".into(),
-        api_key: String::new(),
+        api_key: None,
         key_var: "ANTHROPIC_API_KEY".into(),
         net: ModelNetConfig {
             request_timeout_s: 300.0,
