@@ -12,16 +12,15 @@ use serde_json::json;
 
 use super::error::{Error, Result};
 use super::ledger::Ledger;
-use super::record::{PrRef, RunRecord, files, now};
-use super::report;
+use super::record::{RunRecord, now};
 use super::setup::Workbench;
-use super::state::{RunState, write_atomic};
+use super::state::RunState;
 use super::tools::{HarnessTool, Toolset};
 use super::turn::{self, Dispatched};
 use super::verification::{self, Check};
 use super::{checkpoint, failpoint, prompt, review};
 use crate::audit::Redacted;
-use crate::audit::chain::{self, Kind};
+use crate::audit::chain::Kind;
 use crate::audit::redact::Redactor;
 use crate::config::Config;
 use crate::exec::ExecOptions;
@@ -314,19 +313,17 @@ impl<'a> Active<'a> {
         })
     }
 
-    /// The workbench, prepared on first use (or reopened at the last checkpoint on resume).
-    fn bench(&mut self) -> Result<&Workbench> {
+    /// Prepare the workbench on first use (reopened at the last checkpoint on resume).
+    fn prepare(&mut self) -> Result<()> {
         if self.bench.is_none() {
             self.bench = Some(Workbench::prepare(&mut self.led, self.resumed)?);
         }
-        self.bench
-            .as_ref()
-            .ok_or_else(|| Error::Invalid("no worktree prepared".into()))
+        Ok(())
     }
 
-    /// The workbench and the ledger together, for the parts that need both.
+    /// The ledger and the (prepared) workbench together, for the parts that need both.
     fn parts(&mut self) -> Result<(&mut Ledger<'a>, &Workbench)> {
-        self.bench()?;
+        self.prepare()?;
         match &self.bench {
             Some(bench) => Ok((&mut self.led, bench)),
             None => Err(Error::Invalid("no worktree prepared".into())),
@@ -366,18 +363,18 @@ impl<'a> Active<'a> {
         loop {
             match self.led.rec.state {
                 RunState::Queued => {
-                    self.bench()?;
+                    self.prepare()?;
                     failpoint("after-worktree");
                     self.led.transition(RunState::Analyzing)?;
                 }
                 RunState::Analyzing => {
-                    self.bench()?;
+                    self.prepare()?;
                     self.analyze().await?;
                     failpoint("after-baseline");
                     self.led.transition(RunState::Planning)?;
                 }
                 RunState::Planning => {
-                    self.bench()?;
+                    self.prepare()?;
                     let planned = self.plan().await?;
                     if !planned {
                         return Ok(());
@@ -393,7 +390,7 @@ impl<'a> Active<'a> {
                     self.led.transition(RunState::Editing)?;
                 }
                 RunState::Editing | RunState::Fixing => {
-                    self.bench()?;
+                    self.prepare()?;
                     self.code().await?;
                     if self.led.rec.state == RunState::AwaitingApproval
                         || self.led.rec.state.is_terminal()
@@ -402,7 +399,7 @@ impl<'a> Active<'a> {
                     }
                 }
                 RunState::Testing => {
-                    self.bench()?;
+                    self.prepare()?;
                     self.final_verification().await?;
                 }
                 RunState::AwaitingApproval => return Ok(()),
@@ -678,53 +675,15 @@ impl<'a> Active<'a> {
 
     /// Render the report, write it as `pr.md`, mirror the record.
     fn finish_report(&mut self) -> Result<()> {
-        let led = &mut self.led;
-        let repo = &led.svc.repo;
-        let head = led.rec.commits.last().cloned();
-        let diff = match head {
-            Some(h) => repo.diff(repo.resolve(&led.rec.base_sha)?, repo.resolve(&h)?)?,
-            None => Default::default(),
-        };
-        if let Some(plan) = &led.rec.plan {
-            led.rec.unplanned = diff
-                .files
-                .iter()
-                .filter(|f| !plan.names(&f.path))
-                .map(|f| f.path.clone())
-                .collect();
-        }
-        if let Some(bench) = &self.bench
-            && led.rec.state != RunState::Succeeded
-            && let Ok(left) = bench.worktree.changed_paths()
-            && !left.is_empty()
-        {
-            led.rec.notes.push(format!(
-                "Not committed (unverified): {}.",
-                left.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
-            ));
-        }
-        led.rec.elapsed_ms += led.elapsed_ms();
-        let log = chain::read(&led.dir.join(files::AUDIT))?;
-        let lines: Vec<String> = log.events.iter().map(chain::render_event).collect();
-        let head = led.audit_head()?;
-        let input = led.rec.report_input(
-            diff.stat(),
-            lines,
-            head.hash,
-            led.svc.config.settings.budget.max_usd,
-        );
-        let body = led.svc.redactor.clean(&report::render(&input));
-        let pr = led.dir.join(files::PR);
-        write_atomic(&pr, &body).map_err(|e| Error::io("cannot write", &pr, e))?;
-        led.rec.pr = Some(PrRef::Path(pr));
-        led.persist()?;
-        Ok(())
+        let worktree = self.bench.as_ref().map(|b| &b.worktree);
+        self.led.write_report(worktree)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{World, git};
+    use super::super::record::files;
     use super::*;
     use serde_json::Value;
 

@@ -4,7 +4,9 @@
 //! Two strengths of write: [`Ledger::save`] inside a step (atomic, safe against `kill -9`, no
 //! fsync) and [`Ledger::persist`] at a transition or checkpoint (the audit synced, the record
 //! and conversation fsynced, the run directory mirrored to `refs/agent/runs/<id>`). The
-//! conversation file is append-only: a save writes what the turn added, redacted once.
+//! conversation file is append-only: a save writes what the turn added, redacted once. When
+//! the run stops (ended or paused) the ledger renders the report (`pr.md`) from the record
+//! and the audit trail.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,14 +15,15 @@ use serde_json::json;
 
 use super::engine::{Outcome, RunEvent, Services};
 use super::error::{Error, Result};
-use super::record::{RunRecord, files};
-use super::report::CostLine;
+use super::record::{PrRef, RunRecord, files};
+use super::report::{self, CostLine};
 use super::state::{RunState, write_atomic};
 use crate::audit::Redacted;
-use crate::audit::chain::{Appender, Head, Kind};
+use crate::audit::chain::{self, Appender, Head, Kind};
 use crate::audit::redact::Redactor;
 use crate::model::{Message, Router};
 use crate::tools::{EventSink, ToolEvent};
+use crate::workspace::Worktree;
 
 /// The conversation so far, and how much of it is already in its file.
 #[derive(Debug)]
@@ -238,6 +241,51 @@ impl<'a> Ledger<'a> {
         Ok(())
     }
 
+    /// Render the report, write it as `pr.md`, mirror the record. `worktree`: the run's, to
+    /// name what was left uncommitted when the run did not succeed.
+    pub(super) fn write_report(&mut self, worktree: Option<&Worktree>) -> Result<()> {
+        let repo = &self.svc.repo;
+        let head = self.rec.commits.last().cloned();
+        let diff = match head {
+            Some(h) => repo.diff(repo.resolve(&self.rec.base_sha)?, repo.resolve(&h)?)?,
+            None => Default::default(),
+        };
+        if let Some(plan) = &self.rec.plan {
+            self.rec.unplanned = diff
+                .files
+                .iter()
+                .filter(|f| !plan.names(&f.path))
+                .map(|f| f.path.clone())
+                .collect();
+        }
+        if let Some(wt) = worktree
+            && self.rec.state != RunState::Succeeded
+            && let Ok(left) = wt.changed_paths()
+            && !left.is_empty()
+        {
+            self.rec.notes.push(format!(
+                "Not committed (unverified): {}.",
+                left.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        self.rec.elapsed_ms += self.elapsed_ms();
+        let log = chain::read(&self.dir.join(files::AUDIT))?;
+        let lines: Vec<String> = log.events.iter().map(chain::render_event).collect();
+        let head = self.audit_head()?;
+        let input = self.rec.report_input(
+            diff.stat(),
+            lines,
+            head.hash,
+            self.svc.config.settings.budget.max_usd,
+        );
+        let body = self.svc.redactor.clean(&report::render(&input));
+        let pr = self.dir.join(files::PR);
+        write_atomic(&pr, &body).map_err(|e| Error::io("cannot write", &pr, e))?;
+        self.rec.pr = Some(PrRef::Path(pr));
+        self.persist()?;
+        Ok(())
+    }
+
     /// Move the state machine to `next`: refused unless it is a transition of
     /// [`RunState::can_move_to`], audited, persisted before the run acts on it, then told.
     pub(super) fn transition(&mut self, next: RunState) -> Result<()> {
@@ -391,5 +439,28 @@ mod tests {
         let r = format!("refs/agent/runs/{}", led.rec.run_id);
         assert!(svc.repo.resolve(&r).is_ok(), "{r} missing");
         assert_eq!(w.events(), ["state analyzing"]);
+    }
+
+    #[test]
+    fn the_report_is_written_redacted_and_names_what_was_left_uncommitted() {
+        let w = World::new(&[]);
+        let svc = w.services();
+        let mut led = w.ledger(&svc);
+        let bench = super::super::setup::Workbench::prepare(&mut led, false).unwrap();
+        std::fs::write(bench.worktree.path().join("value.txt"), "3\n").unwrap();
+        led.rec
+            .notes
+            .push(format!("the model said {}", World::SECRET));
+        led.transition(RunState::Failed).unwrap();
+        led.write_report(Some(&bench.worktree)).unwrap();
+        let pr = led.dir.join(files::PR);
+        assert_eq!(led.rec.pr, Some(PrRef::Path(pr.clone())));
+        let body = std::fs::read_to_string(&pr).unwrap();
+        assert!(
+            body.contains("Not committed (unverified): value.txt."),
+            "{body}"
+        );
+        assert!(!body.contains(World::SECRET));
+        assert_eq!(RunRecord::load(&led.dir).unwrap().pr, led.rec.pr);
     }
 }
