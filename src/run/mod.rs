@@ -3,22 +3,50 @@
 //! A run owns one worktree, one branch and one run record. It asks the model router for a
 //! role, never a model; it acts only through tools under the policy; it decides success only
 //! from the verification command's results, never from a model's opinion.
+//!
+//! The loop in parts, each file one concern with its own tests:
+//! - `engine.rs` — the front door (`start`, `resume`, `cancel`) and the state machine that
+//!   drives a run through its phases (analyze, plan, code, verify) and renders the report;
+//! - `state.rs` — the states and which transitions are legal;
+//! - `ledger.rs` — what is written down: the record, the audit chain, the conversation, the
+//!   transcript, and each transition persisted before the run acts on it;
+//! - `setup.rs` — the workbench: worktree, sandboxed executor bound by the run's clock
+//!   (`deadline.rs`), the tool context and registry;
+//! - `turn.rs` — one model call, and the dispatch of its calls to the registry (approvals
+//!   pause the run there);
+//! - `tools.rs` — the `run` tool (through `tools::authorize_command`, the one command gate),
+//!   the harness tools `run_tests` and `finish` as a typed enum, and each role's toolset;
+//! - `verification.rs` — the test command, test runs read against the baseline, and the
+//!   final check that decides;
+//! - `checkpoint.rs` — the commit-time policy (`gate.rs`), commits and the secret scan;
+//! - `review.rs` — the reviewer's read of the verified diff.
+//!
+//! A new verification stage (a clean-tree re-run, held-out tests) is a step in
+//! `verification::final_check`; preparing the project's environment before the baseline
+//! belongs in `setup.rs`; a new phase of the run is a state in `state.rs` and its arm in
+//! `engine.rs`'s state machine.
 
+mod checkpoint;
 mod context;
 mod deadline;
 pub mod engine;
 mod error;
+#[cfg(test)]
+mod fixture;
 mod gate;
+mod ledger;
 mod prompt;
 pub mod publish;
 pub mod record;
 pub mod report;
+mod review;
 pub mod services;
+mod setup;
 pub mod state;
 mod tools;
+mod turn;
+mod verification;
 
 pub use error::{Error, Result};
 pub use state::RunState;
 
-// Moved to the bottom of the crate; the run's files still name it through here.
-pub(crate) use crate::failpoint::failpoint;

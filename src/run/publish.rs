@@ -35,10 +35,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::engine::{self, Services, StartOptions};
 use super::error::{Error, Result};
-use super::failpoint;
 use super::record::{PrRef, RunRecord, files, first_line};
 use super::state::RunState;
 use crate::audit::chain::{Appender, Kind};
+use crate::failpoint::failpoint;
 use crate::forge::{CommentTarget, Forge, PrRequest, progress_run_id};
 use crate::model::ResumeState;
 use crate::task::{Mode, Origin, RepoRef, Task, strip_hidden_text};

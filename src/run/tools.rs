@@ -1,5 +1,7 @@
-//! The tools the run composes from the executor and verification: `run`, and the specs of
-//! `run_tests` and `finish`, which the loop itself answers because they move the run's state.
+//! The tools the run composes from the executor and verification: `run` (a registry tool that
+//! goes through [`crate::tools::authorize_command`], the one command gate), the harness tools
+//! `run_tests` and `finish` ([`HarnessTool`]), which the loop answers itself because they move
+//! the run's state, and the [`Toolset`] each conversation is offered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +9,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::exec::{ExecRequest, Executor, Termination};
-use crate::tools::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput, fit};
+use crate::model::ToolSpec;
+use crate::tools::{Registry, Tool, ToolContext, ToolError, ToolFuture, ToolOutput, fit};
 
 /// Longest a `run` command may take when the model asks for more.
 const MAX_RUN_SECONDS: u64 = 30 * 60;
@@ -96,132 +99,169 @@ impl Tool for RunCommand {
     }
 }
 
-/// Specs of the tools the loop answers itself.
-pub fn harness_specs() -> Vec<crate::model::ToolSpec> {
-    vec![
-        crate::model::ToolSpec {
-            name: "run_tests".into(),
-            description: "Run the project's test command and get a focused summary of failures.".into(),
-            parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
-        },
-        crate::model::ToolSpec {
-            name: "finish".into(),
-            description: "Declare the change complete. The harness then runs the tests and decides success from their results.".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {"summary": {"type": "string", "description": "One paragraph on what changed and why."}},
-                "required": ["summary"],
-                "additionalProperties": false
-            }),
-        },
-    ]
+/// The tools the loop answers itself, because they move the run's state (a test run, the
+/// verdict) rather than the worktree. They are not in the [`Registry`]: the turn sees them by
+/// this type before dispatching anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HarnessTool {
+    /// `run_tests`: run the project's test command and hand the model a focused summary.
+    RunTests,
+    /// `finish`: the model declares the change complete; the harness verifies and decides.
+    Finish,
 }
 
-/// The reviewer's one tool: its findings on the verified diff.
-pub fn review_spec() -> crate::model::ToolSpec {
-    crate::model::ToolSpec {
-        name: "submit_review".into(),
-        description: "Report your review of the diff: an empty list approves it.".into(),
-        parameters: json!({
-            "type": "object",
-            "properties": {"findings": {"type": "array", "items": {
-                "type": "object",
-                "properties": {
-                    "severity": {"type": "string", "enum": ["blocking", "note"], "description": "blocking: the change is wrong or incomplete against the plan and must be fixed; note: worth saying, not blocking."},
-                    "file": {"type": "string"},
-                    "message": {"type": "string"}
-                },
-                "required": ["severity", "message"],
-                "additionalProperties": false
-            }}},
-            "required": ["findings"],
-            "additionalProperties": false
-        }),
-    }
-}
+impl HarnessTool {
+    /// Every harness tool, in the order their specs are offered.
+    pub const ALL: [HarnessTool; 2] = [HarnessTool::RunTests, HarnessTool::Finish];
 
-/// Read the reviewer's findings from its reply: the `submit_review` call, or its text as a
-/// note when it answered without the tool. Junk never blocks: an unknown severity is a note.
-pub fn parse_review(reply: &crate::model::Reply) -> Vec<super::report::ReviewFinding> {
-    use super::report::ReviewFinding;
-    let Some(call) = reply.tool_calls.iter().find(|c| c.name == "submit_review") else {
-        let text = reply.content.trim();
-        return if text.is_empty() {
-            Vec::new()
-        } else {
-            vec![ReviewFinding {
-                severity: "note".into(),
-                file: None,
-                message: text.chars().take(2000).collect(),
-            }]
-        };
-    };
-    let items = call
-        .arguments
-        .get("findings")
-        .and_then(|f| f.as_array())
-        .cloned()
-        .unwrap_or_default();
-    items
-        .iter()
-        .take(50)
-        .filter_map(|f| {
-            let message = f.get("message")?.as_str()?.trim();
-            if message.is_empty() {
-                return None;
-            }
-            let severity = match f.get("severity").and_then(|s| s.as_str()) {
-                Some("blocking") => "blocking",
-                _ => "note",
-            };
-            Some(ReviewFinding {
-                severity: severity.into(),
-                file: f
-                    .get("file")
-                    .and_then(|p| p.as_str())
-                    .map(|p| p.chars().take(300).collect()),
-                message: message.chars().take(2000).collect(),
-            })
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod review_tests {
-    use super::*;
-    use crate::model::{Reply, ToolCall};
-
-    fn reply(args: serde_json::Value) -> Reply {
-        Reply {
-            content: String::new(),
-            tool_calls: vec![ToolCall {
-                id: "c".into(),
-                name: "submit_review".into(),
-                arguments: args,
-            }],
-            usage: Default::default(),
-            stop: crate::model::StopReason::ToolUse,
-            model: "m".into(),
+    /// The name the model calls it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            HarnessTool::RunTests => "run_tests",
+            HarnessTool::Finish => "finish",
         }
     }
 
+    /// The harness tool a call names, if it names one.
+    pub fn of(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Its spec, as a model is told about it.
+    pub fn spec(self) -> ToolSpec {
+        match self {
+            HarnessTool::RunTests => ToolSpec {
+                name: self.name().into(),
+                description: "Run the project's test command and get a focused summary of failures.".into(),
+                parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            },
+            HarnessTool::Finish => ToolSpec {
+                name: self.name().into(),
+                description: "Declare the change complete. The harness then runs the tests and decides success from their results.".into(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {"summary": {"type": "string", "description": "One paragraph on what changed and why."}},
+                    "required": ["summary"],
+                    "additionalProperties": false
+                }),
+            },
+        }
+    }
+}
+
+/// Which tools a conversation is offered, and so which calls of it are run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Toolset {
+    /// The planner's: the registry's tools that change nothing (read, list, search and
+    /// `update_plan`); no command, no edit, no harness tool.
+    ReadOnly,
+    /// The coder's: every registry tool, then the harness tools.
+    All,
+}
+
+impl Toolset {
+    /// The specs to send with a request, in name order, harness tools last.
+    pub fn specs(self, registry: &Registry) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = registry
+            .specs()
+            .into_iter()
+            .filter(|s| self.allows(registry, &s.name))
+            .collect();
+        if self == Toolset::All {
+            specs.extend(HarnessTool::ALL.map(HarnessTool::spec));
+        }
+        specs
+    }
+
+    /// Whether a call of `name` may run in this conversation.
+    pub fn allows(self, registry: &Registry, name: &str) -> bool {
+        match self {
+            Toolset::All => true,
+            Toolset::ReadOnly => registry.get(name).is_some_and(|t| !t.mutating()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod toolset_tests {
+    use super::*;
+    use crate::exec::{ExecOptions, LocalExecutor};
+
+    fn registry(dir: &std::path::Path) -> Registry {
+        let mut r = Registry::builtin();
+        r.register(Arc::new(RunCommand {
+            executor: Arc::new(LocalExecutor::new(dir, ExecOptions::default()).unwrap()),
+        }));
+        r
+    }
+
     #[test]
-    fn findings_are_read_and_junk_never_blocks() {
-        let f = parse_review(&reply(json!({"findings": [
-            {"severity": "blocking", "file": "src/a.rs", "message": "misses the negative case"},
-            {"severity": "CRITICAL!!", "message": "unknown severity"},
-            {"severity": "blocking", "message": "  "},
-            {"message": 7}
-        ]})));
-        assert_eq!(f.len(), 2);
-        assert_eq!(f[0].severity, "blocking");
-        assert_eq!(f[0].file.as_deref(), Some("src/a.rs"));
-        assert_eq!(f[1].severity, "note");
-        assert!(parse_review(&reply(json!("nonsense"))).is_empty());
-        let mut text = reply(json!({}));
-        text.tool_calls.clear();
-        text.content = "Looks fine to me".into();
-        let f = parse_review(&text);
-        assert_eq!((f.len(), f[0].severity.as_str()), (1, "note"));
+    fn harness_tools_are_known_by_name_and_nothing_else_is() {
+        for t in HarnessTool::ALL {
+            assert_eq!(HarnessTool::of(t.name()), Some(t));
+            assert_eq!(t.spec().name, t.name());
+        }
+        assert_eq!(HarnessTool::of("run"), None);
+        assert_eq!(HarnessTool::of("Finish"), None);
+    }
+
+    #[test]
+    fn the_planner_reads_and_plans_and_the_coder_gets_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = registry(dir.path());
+        let names =
+            |set: Toolset| -> Vec<String> { set.specs(&r).into_iter().map(|s| s.name).collect() };
+        assert_eq!(
+            names(Toolset::ReadOnly),
+            ["list_files", "read_file", "search", "update_plan"]
+        );
+        for name in [
+            "run",
+            "edit_file",
+            "write_file",
+            "delete_file",
+            "finish",
+            "run_tests",
+            "nope",
+        ] {
+            assert!(!Toolset::ReadOnly.allows(&r, name), "{name}");
+        }
+        let all = names(Toolset::All);
+        assert_eq!(&all[all.len() - 2..], ["run_tests", "finish"]);
+        assert!(all.contains(&"run".to_string()) && all.contains(&"edit_file".to_string()));
+        assert_eq!(all.len(), 10);
+    }
+
+    /// The `run` tool judges its command by `tools::authorize_command`, the gate the policy
+    /// tests test: a forbidden command never reaches the executor.
+    #[tokio::test]
+    async fn run_goes_through_the_one_command_gate() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = registry(dir.path());
+        let config = crate::config::Config::resolve(Vec::new()).unwrap();
+        let policy = Arc::new(crate::policy::Policy::from_config(&config).unwrap());
+        let sink = Arc::new(crate::tools::MemorySink::default());
+        let ctx = ToolContext::new(dir.path(), policy, sink.clone()).unwrap();
+        ctx.with_plan(|p| p.plan = Some(crate::tools::Plan::default()));
+        let out = r.dispatch(&ctx, "run", json!({"command": "sudo ls"})).await;
+        assert!(matches!(out, Err(ToolError::ToModel(_))), "{out:?}");
+        let out = r
+            .dispatch(&ctx, "run", json!({"command": "pip install requests"}))
+            .await;
+        assert!(
+            matches!(out, Err(ToolError::AwaitingApproval(_))),
+            "{out:?}"
+        );
+        let events = sink.take();
+        assert!(
+            matches!(
+                events.as_slice(),
+                [
+                    crate::tools::ToolEvent::Policy(_),
+                    crate::tools::ToolEvent::Policy(_)
+                ]
+            ),
+            "{events:?}"
+        );
     }
 }

@@ -8,9 +8,11 @@
 //! [`ToolError::Fatal`] and end the run. Results are sized for a model: reads carry line
 //! numbers, long output is cut to head and tail with a note of what was cut.
 //!
-//! This module must not run processes, talk to models or write git objects. The `run`,
-//! `run_tests` and `finish` tools are composed by the run loop from `exec` and `verify`; they
-//! implement [`Tool`] and are registered with [`Registry::register`].
+//! This module must not run processes, talk to models or write git objects. The `run` tool
+//! is composed by the run loop from `exec`, registered with [`Registry::register`], and judges
+//! every command line with [`authorize_command`], the one command gate. `run_tests` and
+//! `finish` are the run loop's own harness tools, never in a registry. A tool's spec is the
+//! model layer's [`ToolSpec`], so what the registry lists is what a request carries.
 
 // openat2/mkdirat/renameat on descriptors: file access confined to the worktree.
 #[allow(unsafe_code)]
@@ -36,6 +38,9 @@ pub use output::{OutputLimits, fit};
 pub use plan::{ChangeAction, FileChange, Plan, PlanState, PlanStep, StepStatus, UpdatePlan};
 pub use search::Search;
 
+/// A tool as a model provider is told about it: the model layer's one type, so the specs the
+/// registry gives are the specs a request carries.
+pub use crate::model::ToolSpec;
 use crate::policy::{Approval, Policy, PolicyEvent};
 
 /// What a tool call returns to the model.
@@ -69,17 +74,6 @@ pub trait Tool: Send + Sync {
     fn mutating(&self) -> bool;
     /// Run it.
     fn call<'a>(&'a self, ctx: &'a ToolContext, args: serde_json::Value) -> ToolFuture<'a>;
-}
-
-/// A tool as a model provider is told about it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolSpec {
-    /// Name.
-    pub name: String,
-    /// Description.
-    pub description: String,
-    /// JSON Schema of the arguments.
-    pub parameters: serde_json::Value,
 }
 
 /// What tools report for the audit log, as data. The run turns these into audit events.
@@ -217,7 +211,7 @@ impl Registry {
     }
 
     /// The built-in tools of this module: `read_file`, `list_files`, `search`, `update_plan`,
-    /// `edit_file`, `write_file`, `delete_file`. The run adds `run`, `run_tests` and `finish`.
+    /// `edit_file`, `write_file`, `delete_file`. The run adds `run`.
     pub fn builtin() -> Self {
         let mut r = Self::new();
         r.register(Arc::new(ReadFile));

@@ -1,0 +1,238 @@
+//! Checkpoints: what the run commits to its branch, and what it refuses to.
+//!
+//! Before every checkpoint (and before the deciding test run) the commit-time policy
+//! ([`gate`], over [`super::gate::refusal`]) judges every changed path, whoever changed it, and
+//! puts refused ones back. A checkpoint ([`commit`]) commits the worktree with the run's
+//! trailers, then scans the blobs the run adds for secrets: a finding undoes the commit and
+//! ends the run ([`Error::SecretInDiff`]), so nothing secret is ever pushed.
+
+use serde_json::json;
+
+use super::error::{Error, Result};
+use super::ledger::Ledger;
+use super::setup::Workbench;
+use crate::audit::chain::Kind;
+use crate::audit::redact::{ChangedFile, scan_changes};
+use crate::task::strip_hidden_text;
+use crate::workspace::CommitRequest;
+
+/// The policy at commit time: every changed path, whoever changed it (a tool, a command, the
+/// tests), is judged; refused ones are put back as in HEAD, audited, noted in the report and
+/// told to the model. Returns what to tell the model ("" when nothing).
+pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<String> {
+    let wt = &bench.worktree;
+    let planned: std::collections::BTreeSet<String> = led
+        .rec
+        .plan
+        .iter()
+        .flat_map(|p| p.steps.iter().flat_map(|s| s.files.iter().cloned()))
+        .collect();
+    let head = wt.head()?.to_string();
+    let mut refused = Vec::new();
+    for path in wt.changed_paths()? {
+        let in_head = led.svc.repo.read_file_at(&head, &path)?.is_some();
+        if let Some(why) =
+            super::gate::refusal(wt.path(), &path, &bench.ctx.policy, &planned, in_head)
+        {
+            refused.push((path, why));
+        }
+    }
+    if refused.is_empty() {
+        return Ok(String::new());
+    }
+    let paths: Vec<String> = refused.iter().map(|(p, _)| p.clone()).collect();
+    wt.restore_paths(&paths)?;
+    led.audit(
+        Kind::Policy,
+        json!({"refused_at_commit": refused.iter().map(|(p, w)| json!({"path": p, "why": w})).collect::<Vec<_>>()}),
+    )?;
+    let lines: Vec<String> = refused.iter().map(|(p, w)| format!("`{p}`: {w}")).collect();
+    led.rec.notes.push(format!(
+        "Not committed, refused by the policy at commit time: {}.",
+        lines.join("; ")
+    ));
+    Ok(format!(
+        "These changes were undone because the policy refuses to commit them (whoever wrote them): {}.",
+        lines.join("; ")
+    ))
+}
+
+/// Commit the worktree's changes as a checkpoint (`why` goes in its body), after the
+/// commit-time policy and before the secret scan. Nothing to commit is not an error.
+pub(super) fn commit(led: &mut Ledger<'_>, bench: &Workbench, why: &str) -> Result<()> {
+    let _span = tracing::debug_span!("commit").entered();
+    // Files the verification itself wrote are judged too.
+    gate(led, bench)?;
+    let wt = &bench.worktree;
+    if !wt.is_dirty()? {
+        return Ok(());
+    }
+    let svc = led.svc;
+    let step = led.rec.commits.len() + 1;
+    let head = led.audit_head()?;
+    let mut trailers = vec![
+        ("Agent-Run".to_string(), led.rec.run_id.clone()),
+        ("Agent-Step".to_string(), step.to_string()),
+        ("Audit-Head".to_string(), head.hash.clone()),
+    ];
+    if let Some(co) = led
+        .rec
+        .task
+        .requested_by
+        .as_ref()
+        .and_then(|p| p.co_author())
+    {
+        trailers.push(("Co-authored-by".to_string(), co));
+    }
+    // Redacted before it is cut: a secret cut in two would no longer be recognised.
+    let subject = format!(
+        "agent: {}",
+        svc.redactor
+            .redact(&strip_hidden_text(led.rec.task.goal.lines().next().unwrap_or("change")).text)
+            .chars()
+            .take(64)
+            .collect::<String>()
+    );
+    let git = &svc.config.settings.git;
+    let id = wt
+        .commit_all(&CommitRequest {
+            subject,
+            body: svc.redactor.redact(&format!(
+                "Checkpoint {step} of run {} ({why}).",
+                led.rec.run_id
+            )),
+            trailers,
+            author_name: git.author_name.clone(),
+            author_email: git.author_email.clone(),
+            time: None,
+        })?
+        .map(|id| id.to_string());
+    let Some(id) = id else {
+        return Ok(());
+    };
+    // A secret in what the run adds blocks the push: undo the commit and say so, redacted.
+    // The scan reads the blobs (binary too), not the text diff.
+    let blobs = svc
+        .repo
+        .changed_blobs(svc.repo.resolve(&led.rec.base_sha)?, svc.repo.resolve(&id)?)?;
+    let changed: Vec<ChangedFile<'_>> = blobs
+        .iter()
+        .filter(|b| !b.new.is_empty())
+        .map(|b| ChangedFile {
+            path: &b.path,
+            old: &b.old,
+            new: &b.new,
+        })
+        .collect();
+    let findings = scan_changes(&changed, &svc.redactor);
+    if !findings.is_empty() {
+        let prev = led
+            .rec
+            .commits
+            .last()
+            .cloned()
+            .unwrap_or(led.rec.base_sha.clone());
+        wt.rollback_to(svc.repo.resolve(&prev)?)?;
+        led.audit(
+            Kind::Policy,
+            json!({"blocked": "secret in diff", "findings": findings}),
+        )?;
+        return Err(Error::SecretInDiff(
+            findings
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{}:{} {} ({}) `{}`",
+                        f.path, f.line, f.kind, f.encoding, f.redacted
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
+    led.audit(
+        Kind::Commit,
+        json!({"commit": id, "step": step, "why": why}),
+    )?;
+    led.rec.commits.push(id);
+    led.persist()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{World, git};
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_commits_with_the_runs_trailers_and_nothing_twice() {
+        let w = World::new(&[]);
+        let svc = w.services();
+        let mut led = w.ledger(&svc);
+        let bench = Workbench::prepare(&mut led, false).unwrap();
+        let wt = bench.worktree.path().to_path_buf();
+        commit(&mut led, &bench, "clean").unwrap();
+        assert!(led.rec.commits.is_empty(), "a clean tree commits nothing");
+        std::fs::write(wt.join("value.txt"), "2\n").unwrap();
+        commit(&mut led, &bench, "verified").unwrap();
+        assert_eq!(led.rec.commits.len(), 1);
+        let id = &led.rec.commits[0];
+        assert_eq!(git(&wt, &["rev-parse", "HEAD"]).trim(), id);
+        let msg = git(&wt, &["log", "-1", "--format=%B"]);
+        assert!(msg.starts_with("agent: Make value two"), "{msg}");
+        assert!(msg.contains(&format!(
+            "Checkpoint 1 of run {} (verified).",
+            led.rec.run_id
+        )));
+        assert!(
+            msg.contains(&format!("Agent-Run: {}", led.rec.run_id)),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("Agent-Step: 1") && msg.contains("Audit-Head: "),
+            "{msg}"
+        );
+        git(&wt, &["fsck", "--strict", "--no-progress"]);
+        commit(&mut led, &bench, "again").unwrap();
+        assert_eq!(led.rec.commits.len(), 1);
+    }
+
+    /// A secret the run adds is never committed: the checkpoint is undone and the run told.
+    #[test]
+    fn a_secret_in_the_change_undoes_the_checkpoint() {
+        let w = World::new(&[]);
+        let svc = w.services();
+        let mut led = w.ledger(&svc);
+        let bench = Workbench::prepare(&mut led, false).unwrap();
+        let wt = bench.worktree.path().to_path_buf();
+        let base = git(&wt, &["rev-parse", "HEAD"]);
+        std::fs::write(wt.join("value.txt"), format!("2\n{}\n", World::SECRET)).unwrap();
+        let err = commit(&mut led, &bench, "verified").unwrap_err();
+        let Error::SecretInDiff(found) = &err else {
+            panic!("{err}");
+        };
+        assert!(found.contains("value.txt:2"), "{found}");
+        assert!(!found.contains(World::SECRET), "{found}");
+        assert!(led.rec.commits.is_empty());
+        assert_eq!(git(&wt, &["rev-parse", "HEAD"]), base);
+    }
+
+    #[test]
+    fn the_gate_puts_back_a_refused_path_and_keeps_the_rest() {
+        let w = World::new(&[]);
+        let svc = w.services();
+        let mut led = w.ledger(&svc);
+        let bench = Workbench::prepare(&mut led, false).unwrap();
+        let wt = bench.worktree.path().to_path_buf();
+        std::fs::write(wt.join("value.txt"), "2\n").unwrap();
+        std::fs::write(wt.join(".gitmodules"), "[submodule \"x\"]\n").unwrap();
+        let told = gate(&mut led, &bench).unwrap();
+        assert!(told.contains("`.gitmodules`"), "{told}");
+        assert!(!wt.join(".gitmodules").exists());
+        assert_eq!(
+            std::fs::read_to_string(wt.join("value.txt")).unwrap(),
+            "2\n"
+        );
+        assert_eq!(gate(&mut led, &bench).unwrap(), "");
+    }
+}

@@ -1,0 +1,142 @@
+//! Where a run works: its worktree on its branch, the sandboxed executor bound by the run's
+//! clock, and the tools (with their context) that act in that worktree.
+//!
+//! A resumed run reopens its worktree at the last checkpoint, so no half-applied step
+//! survives a crash. Preparing the environment the tests need (issue 19) belongs here, after
+//! the worktree and before the tools are handed out.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::deadline::Bounded;
+use super::error::{Error, Result};
+use super::ledger::Ledger;
+use super::tools::RunCommand;
+use crate::audit::chain::Kind;
+use crate::exec::{Executor, LocalExecutor};
+use crate::policy::Policy;
+use crate::tools::{Registry, ToolContext};
+use crate::workspace::{Worktree, WorktreeOptions, WorktreeRequest};
+
+/// A prepared worktree and what works in it.
+pub(super) struct Workbench {
+    /// The run's worktree.
+    pub(super) worktree: Worktree,
+    /// The tools' context: confined root, policy, plan, approvals, audit sink.
+    pub(super) ctx: ToolContext,
+    /// The registry tools (`run` included); the harness tools are the turn's.
+    pub(super) registry: Registry,
+    /// Every command of the run, tests included, goes through this executor.
+    pub(super) executor: Arc<dyn Executor>,
+}
+
+impl Workbench {
+    /// Create the worktree (or reopen it after a crash, rolled back to the last checkpoint)
+    /// and the tools that work in it. `resumed`: an earlier process started this run.
+    pub(super) fn prepare(led: &mut Ledger<'_>, resumed: bool) -> Result<Self> {
+        let svc = led.svc;
+        let req = WorktreeRequest {
+            run_id: led.rec.run_id.clone(),
+            branch: led.rec.branch.clone(),
+            base: led.rec.base_sha.clone(),
+        };
+        let (wt, prov) = svc.repo.create_worktree(
+            &req,
+            WorktreeOptions {
+                resume: resumed || led.rec.task.branch.is_some(),
+                warm: svc.warm_pool && !resumed,
+            },
+        )?;
+        if !resumed {
+            led.audit(
+                Kind::State,
+                json!({"worktree": wt.path(), "branch": wt.branch(), "base": led.rec.base_sha, "provenance": format!("{prov:?}")}),
+            )?;
+        } else if let Some(last) = led.rec.commits.last() {
+            // Anything after the last checkpoint was not verified: a resumed run starts from
+            // the checkpoint, so no half-applied step survives a crash.
+            let id = svc.repo.resolve(last)?;
+            wt.rollback_to(id)?;
+        }
+        led.rec.worktree = wt.path().to_path_buf();
+        let policy = Arc::new(Policy::from_config(&svc.config)?);
+        let local: Arc<dyn Executor> =
+            Arc::new(LocalExecutor::new(wt.path(), svc.exec_options.clone())?);
+        // What confines the commands, as it is in force (not as asked): the first thing the
+        // audit says about them, and a line of the report.
+        let sb = local.sandbox();
+        let line = sb.summary();
+        if led.rec.sandbox.as_deref() != Some(line.as_str()) {
+            led.audit(Kind::Policy, json!({"sandbox_in_force": sb}))?;
+            led.rec.sandbox = Some(line);
+        }
+        // Every command of the run, tests included, ends by the run's deadline.
+        let executor: Arc<dyn Executor> = Arc::new(Bounded::new(
+            local,
+            svc.router.clone(),
+            svc.config.settings.budget.max_minutes,
+            svc.exec_options.timeout,
+        ));
+        let ctx = ToolContext::new(wt.path(), policy, led.tool_events())
+            .map_err(|e| Error::io("cannot open the worktree", wt.path(), e))?;
+        if let Some(plan) = &led.rec.plan {
+            ctx.with_plan(|p| p.plan = Some(plan.clone()));
+        }
+        if let Ok(mut a) = ctx.approvals.lock() {
+            a.extend(led.rec.approvals.iter().cloned());
+        }
+        let mut registry = Registry::builtin();
+        registry.register(Arc::new(RunCommand {
+            executor: executor.clone(),
+        }));
+        Ok(Self {
+            worktree: wt,
+            ctx,
+            registry,
+            executor,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{World, git};
+    use super::*;
+
+    #[test]
+    fn a_fresh_run_gets_its_branch_and_a_resumed_one_starts_at_its_checkpoint() {
+        let w = World::new(&[]);
+        let svc = w.services();
+        let mut led = w.ledger(&svc);
+        let bench = Workbench::prepare(&mut led, false).unwrap();
+        let wt = bench.worktree.path().to_path_buf();
+        assert_eq!(led.rec.worktree, wt);
+        assert_eq!(
+            git(&wt, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+            led.rec.branch
+        );
+        assert!(bench.registry.get("run").is_some());
+        assert!(
+            led.rec.sandbox.is_some(),
+            "the sandbox in force is recorded"
+        );
+        // A checkpoint, then an unverified edit, then a crash: the resumed run is back at the
+        // checkpoint.
+        std::fs::write(wt.join("value.txt"), "2\n").unwrap();
+        git(&wt, &["commit", "-qam", "checkpoint"]);
+        let checkpoint = git(&wt, &["rev-parse", "HEAD"]).trim().to_string();
+        led.rec.commits.push(checkpoint.clone());
+        std::fs::write(wt.join("value.txt"), "half-applied\n").unwrap();
+        std::fs::write(wt.join("stray.txt"), "x\n").unwrap();
+        drop(bench);
+        let bench = Workbench::prepare(&mut led, true).unwrap();
+        let wt = bench.worktree.path();
+        assert_eq!(git(wt, &["rev-parse", "HEAD"]).trim(), checkpoint);
+        assert_eq!(
+            std::fs::read_to_string(wt.join("value.txt")).unwrap(),
+            "2\n"
+        );
+        assert!(git(wt, &["status", "--porcelain"]).trim().is_empty());
+    }
+}
