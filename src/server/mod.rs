@@ -3,10 +3,13 @@
 //!
 //! This module owns the HTTP surface and the job life cycle around a run: it verifies a
 //! delivery before parsing a byte of it, stores it with its job in one transaction before
-//! answering, and hands claimed jobs to a [`JobRunner`]. It must not decide whether an event
-//! starts a run (that is `trigger`), run the agent loop (that is `run`) or talk to the forge
-//! itself: the runner does those. Queue rules (dedup, redelivery, leases, one run per PR)
-//! are the `store`'s.
+//! answering, and hands claimed jobs to a [`JobRunner`]. The production runner
+//! ([`github::GitHubRunner`]) is the bot's one contact with GitHub: it makes the client for a
+//! delivery's App installation (minting its token), asks `trigger` what the event means and
+//! hands runs to [`publisher::EnginePublisher`], which mirrors the repository and calls
+//! `run::publish`. It must not decide whether an event starts a run (that is `trigger`), run
+//! the agent loop or publish by a path of its own (that is `run`). Queue rules (dedup,
+//! redelivery, leases, one run per PR) are the `store`'s.
 
 mod error;
 pub mod github;
