@@ -15,6 +15,7 @@
 
 mod error;
 mod postgres;
+mod rows;
 mod sqlite;
 
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-pub use error::{Error, Result};
+pub use error::{Driver, Error, Result};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
