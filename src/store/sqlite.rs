@@ -139,7 +139,6 @@ type Pending = (NewDelivery, oneshot::Sender<Result<Enqueued>>);
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     conns: Arc<Connections>,
-    path: PathBuf,
     /// Deliveries for the group committer ([`commit_groups`]); it stops when every clone of
     /// the store is dropped.
     deliveries: mpsc::Sender<Pending>,
@@ -246,14 +245,13 @@ impl SqliteStore {
                 idle: Mutex::new(vec![first]),
                 slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             }),
-            path: path.to_path_buf(),
             deliveries,
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.conns.path
     }
 
     /// The journal mode in force (`wal` once opened).
@@ -946,6 +944,33 @@ mod tests {
         }
         assert!(size <= LIMIT, "the WAL is still {size} bytes (was {grown})");
         assert_eq!(store.delivery_count().await.unwrap(), 200 + after);
+    }
+
+    /// Claims and reads never hold more than [`MAX_CONNECTIONS`] connections, however many ask
+    /// at once, and the connections are kept for the next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claims_and_reads_share_a_bounded_set_of_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("serve.db"))
+            .await
+            .unwrap();
+        let job = store.enqueue(delivery("a")).await.unwrap();
+        let mut reads = tokio::task::JoinSet::new();
+        for _ in 0..100 {
+            let store = store.clone();
+            let id = job.job_id().to_string();
+            reads.spawn(async move { store.job(&id).await });
+        }
+        while let Some(r) = reads.join_next().await {
+            assert_eq!(r.unwrap().unwrap().unwrap().delivery_id, "a");
+        }
+        let idle = store.conns.idle.lock().unwrap().len();
+        assert!((1..=MAX_CONNECTIONS).contains(&idle), "{idle} idle");
+        assert_eq!(
+            store.conns.slots.available_permits(),
+            MAX_CONNECTIONS,
+            "a slot was kept"
+        );
     }
 
     /// When the writer's thread is gone (its end of the channel dropped, as a panic would),
