@@ -46,13 +46,17 @@ pub enum Error {
     /// down.
     #[error("the SQLite store is shutting down")]
     ShuttingDown,
-    /// A delivery could not be stored: its group's transaction failed, or the writer stopped.
-    #[error("cannot store delivery {delivery}: {message}")]
+    /// A delivery could not be stored: a statement of its own, or its group's transaction,
+    /// failed.
+    #[error("cannot store delivery {delivery}: {what}: {source}")]
     Enqueue {
         /// `X-GitHub-Delivery`.
         delivery: String,
-        /// What failed.
-        message: String,
+        /// What failed (`queue its job`, `commit`).
+        what: &'static str,
+        /// SQLite's error; one error of a group's transaction is every delivery's of it.
+        #[source]
+        source: std::sync::Arc<Driver>,
     },
     /// The SQLite delivery writer's thread is gone (only a panic ends it while the store is
     /// open): no delivery can be stored until the process restarts.

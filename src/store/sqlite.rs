@@ -34,8 +34,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::rows::{self, Columns, claim_sql, count_of, counts_of, job_cols, job_of};
 use super::{
-    Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
-    Store, ms, new_id, now_ms, pack_payload, state_of,
+    Claim, Driver, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result,
+    StateCounts, Store, ms, new_id, now_ms, pack_payload, state_of,
 };
 
 /// The queue: one row a delivery id, its job. A job's `deliveries` counts the copies of its
@@ -369,7 +369,7 @@ fn commit_group(conn: &mut rusqlite::Connection, group: &[Pending]) -> Vec<Resul
     let now = now_ms();
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(e) => return failed(group, format!("begin: {e}")),
+        Err(e) => return failed(group, "begin", e),
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for (d, _) in group {
@@ -378,7 +378,7 @@ fn commit_group(conn: &mut rusqlite::Connection, group: &[Pending]) -> Vec<Resul
             Err(e) => {
                 tracing::debug!(error = %e, "a delivery failed its group; storing them one by one");
                 if let Err(e) = tx.rollback() {
-                    return failed(group, format!("roll back a group: {e}"));
+                    return failed(group, "roll back a group", e);
                 }
                 return commit_one_by_one(conn, group, now);
             }
@@ -386,18 +386,20 @@ fn commit_group(conn: &mut rusqlite::Connection, group: &[Pending]) -> Vec<Resul
     }
     match tx.commit() {
         Ok(()) => outcomes.into_iter().map(Ok).collect(),
-        Err(e) => failed(group, format!("commit: {e}")),
+        Err(e) => failed(group, "commit", e),
     }
 }
 
-/// Every delivery of `group` failed with `message`.
-fn failed(group: &[Pending], message: String) -> Vec<Result<Enqueued>> {
+/// Every delivery of `group` failed: `what` failed with `e`.
+fn failed(group: &[Pending], what: &'static str, e: rusqlite::Error) -> Vec<Result<Enqueued>> {
+    let source = Arc::new(Driver::from(e));
     group
         .iter()
         .map(|(d, _)| {
             Err(Error::Enqueue {
                 delivery: d.delivery_id.clone(),
-                message: message.clone(),
+                what,
+                source: Arc::clone(&source),
             })
         })
         .collect()
@@ -412,18 +414,18 @@ fn commit_one_by_one(
 ) -> Vec<Result<Enqueued>> {
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(e) => return failed(group, format!("begin: {e}")),
+        Err(e) => return failed(group, "begin", e),
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for (d, _) in group {
         let sp = match tx.savepoint() {
             Ok(sp) => sp,
-            Err(e) => return failed(group, format!("savepoint: {e}")),
+            Err(e) => return failed(group, "savepoint", e),
         };
         match enqueue_one(&sp, d, now) {
             Ok(out) => match sp.commit() {
                 Ok(()) => outcomes.push(Ok(out)),
-                Err(e) => return failed(group, format!("release savepoint: {e}")),
+                Err(e) => return failed(group, "release savepoint", e),
             },
             // Dropping the savepoint rolls it back.
             Err(e) => outcomes.push(Err(e)),
@@ -431,7 +433,7 @@ fn commit_one_by_one(
     }
     match tx.commit() {
         Ok(()) => outcomes,
-        Err(e) => failed(group, format!("commit: {e}")),
+        Err(e) => failed(group, "commit", e),
     }
 }
 
@@ -444,9 +446,10 @@ fn commit_one_by_one(
 /// with every page the statement changes — ~1,200 `pwrite`s a commit, a quarter of the
 /// receiver's throughput.)
 fn enqueue_one(conn: &rusqlite::Connection, d: &NewDelivery, now: i64) -> Result<Enqueued> {
-    let fail = |what: &str, e: rusqlite::Error| Error::Enqueue {
+    let fail = |what, e: rusqlite::Error| Error::Enqueue {
         delivery: d.delivery_id.clone(),
-        message: format!("{what}: {e}"),
+        what,
+        source: Arc::new(e.into()),
     };
     let fresh = new_id();
     let inserted = conn
@@ -550,11 +553,6 @@ fn changed(
 #[async_trait]
 impl Store for SqliteStore {
     async fn enqueue(&self, d: NewDelivery) -> Result<Enqueued> {
-        let stopped = |delivery| Error::Enqueue {
-            delivery,
-            message: "the store's writer has stopped".into(),
-        };
-        let id = d.delivery_id.clone();
         let (reply, outcome) = oneshot::channel();
         // Compressed here, on the caller's task, so the single writer only writes.
         let packed = NewDelivery {
@@ -564,8 +562,8 @@ impl Store for SqliteStore {
         self.deliveries
             .send((packed, reply))
             .await
-            .map_err(|_| stopped(id.clone()))?;
-        outcome.await.map_err(|_| stopped(id))?
+            .map_err(|_| Error::WriterStopped)?;
+        outcome.await.map_err(|_| Error::WriterStopped)?
     }
 
     async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>> {
@@ -1053,6 +1051,35 @@ mod tests {
         sql(&store).execute_batch("DROP TRIGGER refuse").unwrap();
         let again = store.enqueue(delivery("bad")).await.unwrap();
         assert!(matches!(again, Enqueued::New { .. }), "{again:?}");
+    }
+
+    /// A refused delivery's error keeps SQLite's error as its source (not only its text).
+    #[tokio::test]
+    async fn a_refused_delivery_keeps_sqlites_error_as_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("serve.db"))
+            .await
+            .unwrap();
+        sql(&store)
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON jobs
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .unwrap();
+        let err = store.enqueue(delivery("bad")).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("cannot store delivery bad: queue its job: "),
+            "{err}"
+        );
+        let source = std::error::Error::source(&err).expect("a source");
+        let driver = source
+            .downcast_ref::<Arc<Driver>>()
+            .expect("the driver's error");
+        assert!(
+            matches!(driver.as_ref(), Driver::Sqlite(e) if e.to_string().contains("refused")),
+            "{driver:?}"
+        );
     }
 
     #[tokio::test]
