@@ -6,21 +6,11 @@ pub enum Error {
     /// The database could not be opened or answered with an error.
     #[error("{what}: {source}")]
     Database {
-        /// What was being done (`open sqlite:/var/lib/…`, `claim a job`).
+        /// What was being done (`open /var/lib/…/serve.db`, `claim a job`).
         what: String,
         /// The driver's error.
         #[source]
-        source: sqlx::Error,
-    },
-    /// A connection of the store's own threads (the SQLite delivery writer, the checkpointer)
-    /// could not be opened or set up.
-    #[error("{what}: {source}")]
-    Sqlite {
-        /// What was being done (`open /var/lib/…/serve.db for the delivery writer`).
-        what: String,
-        /// SQLite's error.
-        #[source]
-        source: rusqlite::Error,
+        source: Driver,
     },
     /// The schema could not be created.
     #[error("cannot create the schema of {url}: {source}")]
@@ -29,7 +19,7 @@ pub enum Error {
         url: String,
         /// The driver's error.
         #[source]
-        source: sqlx::Error,
+        source: Driver,
     },
     /// A URL that names no store we have.
     #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://…")]
@@ -52,13 +42,21 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A delivery could not be stored: its group's transaction failed, or the writer stopped.
-    #[error("cannot store delivery {delivery}: {message}")]
+    /// A SQLite statement could not be handed to a blocking thread: the runtime is shutting
+    /// down.
+    #[error("the SQLite store is shutting down")]
+    ShuttingDown,
+    /// A delivery could not be stored: a statement of its own, or its group's transaction,
+    /// failed.
+    #[error("cannot store delivery {delivery}: {what}: {source}")]
     Enqueue {
         /// `X-GitHub-Delivery`.
         delivery: String,
-        /// What failed.
-        message: String,
+        /// What failed (`queue its job`, `commit`).
+        what: &'static str,
+        /// SQLite's error; one error of a group's transaction is every delivery's of it.
+        #[source]
+        source: std::sync::Arc<Driver>,
     },
     /// The SQLite delivery writer's thread is gone (only a panic ends it while the store is
     /// open): no delivery can be stored until the process restarts.
@@ -82,10 +80,25 @@ pub enum Error {
     },
 }
 
+/// The error of one database's driver: sqlx for Postgres, rusqlite for SQLite.
+#[derive(Debug, thiserror::Error)]
+pub enum Driver {
+    /// Postgres's driver.
+    #[error(transparent)]
+    Postgres(#[from] sqlx::Error),
+    /// SQLite's driver.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
+
 impl Error {
-    pub(crate) fn db(what: impl Into<String>) -> impl FnOnce(sqlx::Error) -> Error {
+    /// `what` failed with a driver's error.
+    pub(crate) fn db<E: Into<Driver>>(what: impl Into<String>) -> impl FnOnce(E) -> Error {
         let what = what.into();
-        move |source| Error::Database { what, source }
+        move |source| Error::Database {
+            what,
+            source: source.into(),
+        }
     }
 }
 

@@ -11,10 +11,16 @@
 //!   unique index on running lanes, so it holds across processes;
 //! - only the lease holder can finish, release or record a run on a job.
 //!
+//! One driver per database: rusqlite for SQLite (`sqlite.rs`: its schema, its enqueue, the
+//! threads that hold its connections), sqlx for Postgres (`postgres.rs`: likewise).
+//! `rows.rs` holds what the two share: the statements both dialects accept as written and the
+//! mapping from a row to a [`Job`].
+//!
 //! It must not parse payloads, talk to the forge or run anything: it stores bytes and states.
 
 mod error;
 mod postgres;
+mod rows;
 mod sqlite;
 
 use std::sync::Arc;
@@ -22,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-pub use error::{Error, Result};
+pub use error::{Driver, Error, Result};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 

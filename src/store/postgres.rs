@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use sqlx::Row as _;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 
-use super::sqlite::{counts_of, job_cols, job_of};
+use super::rows::{self, Columns, claim_sql, count_of, counts_of, job_of};
 use super::{
     Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
     Store, display_url, ms, new_id, now_ms, pack_payload, state_of,
@@ -80,9 +80,9 @@ impl PostgresStore {
             .connect(url)
             .await
             .map_err(Error::db(format!("connect to {shown}")))?;
-        let schema = |source| Error::Schema {
+        let schema = |source: sqlx::Error| Error::Schema {
             url: shown.clone(),
-            source,
+            source: source.into(),
         };
         let mut tx = pool.begin().await.map_err(schema)?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
@@ -102,6 +102,41 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("23505"))
 }
 
+/// Claims skip the rows other claimers hold locked.
+const CLAIM: &str = claim_sql!("FOR UPDATE SKIP LOCKED");
+
+/// A new delivery and its job, or a copy counted on its job (see the module rules). One
+/// upsert: it returns the row it wrote, the fresh id only when it is new, and on a copy it
+/// holds the job's row lock to the commit, so a requeue is not raced by another copy of the
+/// same delivery.
+const ENQUEUE: &str = "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane,
+        trigger_desc, state, created_at, updated_at, deliveries, last_delivery_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $8, 1, $8)
+    ON CONFLICT (delivery_id) DO UPDATE SET deliveries = jobs.deliveries + 1,
+        last_delivery_at = EXCLUDED.last_delivery_at
+    RETURNING id, state";
+
+impl Columns for PgRow {
+    fn text(&self, col: &str) -> Result<String> {
+        self.try_get(col).map_err(rows::unreadable(col))
+    }
+    fn text_or_null(&self, col: &str) -> Result<Option<String>> {
+        self.try_get(col).map_err(rows::unreadable(col))
+    }
+    fn int(&self, col: &str) -> Result<i64> {
+        self.try_get(col).map_err(rows::unreadable(col))
+    }
+    fn int_or_null(&self, col: &str) -> Result<Option<i64>> {
+        self.try_get(col).map_err(rows::unreadable(col))
+    }
+    fn real(&self, col: &str) -> Result<f64> {
+        self.try_get(col).map_err(rows::unreadable(col))
+    }
+    fn bytes(&self, col: &str) -> Result<Vec<u8>> {
+        self.try_get(col).map_err(rows::unreadable(col))
+    }
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     async fn enqueue(&self, d: NewDelivery) -> Result<Enqueued> {
@@ -111,46 +146,31 @@ impl Store for PostgresStore {
             .begin()
             .await
             .map_err(Error::db("begin a delivery"))?;
-        // The upsert returns the row it wrote: the fresh id only when it is new. On a copy it
-        // holds the job's row lock to the commit, so the requeue below is not raced by
-        // another copy of the same delivery.
         let fresh = new_id();
-        let row = sqlx::query(
-            "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc,
-                 state, created_at, updated_at, deliveries, last_delivery_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $8, 1, $8)
-             ON CONFLICT (delivery_id) DO UPDATE SET deliveries = jobs.deliveries + 1,
-                 last_delivery_at = EXCLUDED.last_delivery_at
-             RETURNING id, state",
-        )
-        .bind(&fresh)
-        .bind(&d.delivery_id)
-        .bind(&d.event)
-        .bind(pack_payload(&d.payload))
-        .bind(&d.repo)
-        .bind(&d.lane)
-        .bind(&d.trigger)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(Error::db(format!("queue delivery {}", d.delivery_id)))?;
-        let job_id: String = row.try_get("id").map_err(Error::db("read a job"))?;
+        let row = sqlx::query(ENQUEUE)
+            .bind(&fresh)
+            .bind(&d.delivery_id)
+            .bind(&d.event)
+            .bind(pack_payload(&d.payload))
+            .bind(&d.repo)
+            .bind(&d.lane)
+            .bind(&d.trigger)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::db(format!("queue delivery {}", d.delivery_id)))?;
+        let job_id = row.text("id")?;
         let out = if job_id == fresh {
             Enqueued::New { job_id }
         } else {
-            let state: String = row.try_get("state").map_err(Error::db("read a job"))?;
-            let state = state_of(&job_id, &state)?;
+            let state = state_of(&job_id, &row.text("state")?)?;
             if state == JobState::Failed {
-                sqlx::query(
-                    "UPDATE jobs SET state = 'queued', cancel_requested = 0,
-                         lease_owner = NULL, lease_until = NULL, updated_at = $1
-                     WHERE id = $2",
-                )
-                .bind(now)
-                .bind(&job_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(Error::db(format!("requeue job {job_id}")))?;
+                sqlx::query(rows::REQUEUE)
+                    .bind(now)
+                    .bind(&job_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Error::db(format!("requeue job {job_id}")))?;
                 Enqueued::Requeued { job_id }
             } else {
                 Enqueued::Duplicate { job_id, state }
@@ -164,29 +184,15 @@ impl Store for PostgresStore {
 
     async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>> {
         let now = now_ms();
-        let row = sqlx::query(concat!(
-            "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2,
-                 attempts = attempts + 1, updated_at = $3
-             WHERE id = (
-                 SELECT j.id FROM jobs j
-                 WHERE ($4 = 0 OR j.lane IS NULL)
-                   AND ((j.state = 'queued' AND (j.lane IS NULL OR NOT EXISTS (
-                         SELECT 1 FROM jobs r WHERE r.lane = j.lane AND r.state = 'running')))
-                    OR (j.state = 'running' AND j.lease_until < $3))
-                 ORDER BY j.created_at, j.id
-                 LIMIT 1
-                 FOR UPDATE SKIP LOCKED)
-             RETURNING ",
-            job_cols!()
-        ))
-        .bind(owner)
-        .bind(now.saturating_add(ms(lease)))
-        .bind(now)
-        .bind(i64::from(which == Claim::Unlaned))
-        .fetch_optional(&self.pool)
-        .await;
+        let row = sqlx::query(CLAIM)
+            .bind(owner)
+            .bind(now.saturating_add(ms(lease)))
+            .bind(now)
+            .bind(i64::from(which == Claim::Unlaned))
+            .fetch_optional(&self.pool)
+            .await;
         match row {
-            Ok(Some(row)) => Ok(Some(job_of!(&row))),
+            Ok(Some(row)) => Ok(Some(job_of(&row)?)),
             Ok(None) => Ok(None),
             // Another process claimed a job of the same lane at the same moment.
             Err(e) if is_unique_violation(&e) => Ok(None),
@@ -196,77 +202,61 @@ impl Store for PostgresStore {
 
     async fn heartbeat(&self, job: &str, owner: &str, lease: Duration) -> Result<Heartbeat> {
         let now = now_ms();
-        let row = sqlx::query(
-            "UPDATE jobs SET lease_until = $1, updated_at = $2
-             WHERE id = $3 AND lease_owner = $4 AND state = 'running'
-             RETURNING cancel_requested",
-        )
-        .bind(now.saturating_add(ms(lease)))
-        .bind(now)
-        .bind(job)
-        .bind(owner)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Error::db(format!("renew the lease of job {job}")))?;
+        let row = sqlx::query(rows::HEARTBEAT)
+            .bind(now.saturating_add(ms(lease)))
+            .bind(now)
+            .bind(job)
+            .bind(owner)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db(format!("renew the lease of job {job}")))?;
         Ok(match row {
             Some(row) => Heartbeat::Held {
-                cancel: row.try_get::<i64, _>(0).map_err(Error::db("read a job"))? != 0,
+                cancel: row.int("cancel_requested")? != 0,
             },
             None => Heartbeat::Lost,
         })
     }
 
     async fn set_run(&self, job: &str, owner: &str, run_id: &str) -> Result<bool> {
-        let r = sqlx::query(
-            "UPDATE jobs SET run_id = $1, updated_at = $2
-             WHERE id = $3 AND lease_owner = $4 AND state = 'running'",
-        )
-        .bind(run_id)
-        .bind(now_ms())
-        .bind(job)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(Error::db(format!("record the run of job {job}")))?;
+        let r = sqlx::query(rows::SET_RUN)
+            .bind(run_id)
+            .bind(now_ms())
+            .bind(job)
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db(format!("record the run of job {job}")))?;
         Ok(r.rows_affected() == 1)
     }
 
     async fn finish(&self, job: &str, owner: &str, f: &Finish) -> Result<bool> {
-        let r = sqlx::query(
-            "UPDATE jobs SET state = $1, run_id = COALESCE($2, run_id), run_state = $3,
-                 pr_url = $4, report = $5, detail = $6, spend_usd = $7, duration_ms = $8,
-                 lease_owner = NULL, lease_until = NULL, updated_at = $9
-             WHERE id = $10 AND lease_owner = $11 AND state = 'running'",
-        )
-        .bind(f.state.as_str())
-        .bind(&f.run_id)
-        .bind(&f.run_state)
-        .bind(&f.pr_url)
-        .bind(&f.report)
-        .bind(&f.detail)
-        .bind(f.spend_usd)
-        .bind(f.duration_ms)
-        .bind(now_ms())
-        .bind(job)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(Error::db(format!("finish job {job}")))?;
+        let r = sqlx::query(rows::FINISH)
+            .bind(f.state.as_str())
+            .bind(&f.run_id)
+            .bind(&f.run_state)
+            .bind(&f.pr_url)
+            .bind(&f.report)
+            .bind(&f.detail)
+            .bind(f.spend_usd)
+            .bind(f.duration_ms)
+            .bind(now_ms())
+            .bind(job)
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db(format!("finish job {job}")))?;
         Ok(r.rows_affected() == 1)
     }
 
     async fn release(&self, job: &str, owner: &str) -> Result<bool> {
-        let r = sqlx::query(
-            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,
-                 attempts = GREATEST(attempts - 1, 0), updated_at = $1
-             WHERE id = $2 AND lease_owner = $3 AND state = 'running'",
-        )
-        .bind(now_ms())
-        .bind(job)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(Error::db(format!("release job {job}")))?;
+        let r = sqlx::query(rows::RELEASE)
+            .bind(now_ms())
+            .bind(job)
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db(format!("release job {job}")))?;
         Ok(r.rows_affected() == 1)
     }
 
@@ -277,66 +267,50 @@ impl Store for PostgresStore {
             .begin()
             .await
             .map_err(Error::db("begin a cancel"))?;
-        let queued = sqlx::query(
-            "UPDATE jobs SET state = 'cancelled', detail = 'stopped before it started',
-                 updated_at = $1
-             WHERE lane = $2 AND state = 'queued' AND id <> $3",
-        )
-        .bind(now)
-        .bind(lane)
-        .bind(except_job)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::db(format!("cancel the queued jobs of {lane}")))?;
-        let running = sqlx::query(
-            "UPDATE jobs SET cancel_requested = 1, updated_at = $1
-             WHERE lane = $2 AND state = 'running' AND id <> $3",
-        )
-        .bind(now)
-        .bind(lane)
-        .bind(except_job)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::db(format!("stop the running job of {lane}")))?;
+        let queued = sqlx::query(rows::CANCEL_QUEUED)
+            .bind(now)
+            .bind(lane)
+            .bind(except_job)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db(format!("cancel the queued jobs of {lane}")))?;
+        let running = sqlx::query(rows::CANCEL_RUNNING)
+            .bind(now)
+            .bind(lane)
+            .bind(except_job)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db(format!("stop the running job of {lane}")))?;
         tx.commit().await.map_err(Error::db("commit a cancel"))?;
         Ok(queued.rows_affected() + running.rows_affected())
     }
 
     async fn job(&self, id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query(concat!("SELECT ", job_cols!(), " FROM jobs WHERE id = $1"))
+        let row = sqlx::query(rows::JOB)
             .bind(id)
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db(format!("read job {id}")))?;
-        Ok(match row {
-            Some(row) => Some(job_of!(&row)),
-            None => None,
-        })
+        row.as_ref().map(job_of).transpose()
     }
 
     async fn recent(&self, limit: u32) -> Result<Vec<Job>> {
-        let rows: Vec<PgRow> = sqlx::query(concat!(
-            "SELECT ",
-            job_cols!(),
-            " FROM jobs ORDER BY created_at DESC, id DESC LIMIT $1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Error::db("list recent jobs"))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            out.push(job_of!(row));
-        }
-        Ok(out)
+        let found: Vec<PgRow> = sqlx::query(rows::RECENT)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("list recent jobs"))?;
+        found.iter().map(job_of).collect()
     }
 
     async fn counts(&self) -> Result<StateCounts> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+        let found = sqlx::query(rows::COUNTS)
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("count jobs"))?;
-        counts_of(&rows)
+        Ok(counts_of(
+            found.iter().map(count_of).collect::<Result<Vec<_>>>()?,
+        ))
     }
 
     async fn health(&self) -> Result<()> {
@@ -348,11 +322,10 @@ impl Store for PostgresStore {
     }
 
     async fn delivery_count(&self) -> Result<u64> {
-        let row = sqlx::query("SELECT COUNT(*) FROM jobs")
+        let row = sqlx::query(rows::DELIVERY_COUNT)
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("count deliveries"))?;
-        let n: i64 = row.try_get(0).map_err(Error::db("count deliveries"))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(u64::try_from(row.int("n")?).unwrap_or(0))
     }
 }

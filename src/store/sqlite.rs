@@ -1,9 +1,14 @@
-//! The embedded store: one SQLite file in WAL mode.
+//! The embedded store: one SQLite file in WAL mode, through one driver (rusqlite).
 //!
-//! Every write runs in a `BEGIN IMMEDIATE` transaction, so writers queue on SQLite's write
-//! lock (with a busy timeout) instead of failing when a deferred transaction tries to
-//! upgrade. `synchronous=FULL`: what a commit wrote is on disk, not only in the WAL's page
-//! cache, when the commit returns.
+//! Every write runs in a `BEGIN IMMEDIATE` transaction (or is one statement, which takes the
+//! write lock when it starts), so writers queue on SQLite's write lock (with a busy timeout)
+//! instead of failing when a deferred transaction tries to upgrade. `synchronous=FULL`: what
+//! a commit wrote is on disk, not only in the WAL's page cache, when the commit returns.
+//!
+//! Every statement runs synchronously on a thread the store controls: deliveries on the
+//! writer's, checkpoints on the checkpointer's, claims and reads on blocking tasks
+//! ([`Connections`]), each holding one connection for its whole transaction. (Through sqlx's
+//! SQLite driver every statement was a hand-off to that connection's own thread and back.)
 //!
 //! Deliveries are group-committed: one writer (a thread of its own, with a connection of its
 //! own, running prepared statements synchronously) takes every delivery waiting when it is
@@ -20,82 +25,18 @@
 //! receiver slower on a CPU-bound machine, 8k/s against 9.5–12k/s at 64 connections.)
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr as _;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Row as _;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
-use tokio::sync::{mpsc, oneshot};
+use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::rows::{self, Columns, claim_sql, count_of, counts_of, job_cols, job_of};
 use super::{
-    Claim, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result, StateCounts,
-    Store, ms, new_id, now_ms, pack_payload, state_of,
+    Claim, Driver, Enqueued, Error, Finish, Heartbeat, Job, JobState, NewDelivery, Result,
+    StateCounts, Store, ms, new_id, now_ms, pack_payload, state_of,
 };
-
-/// The columns of a [`Job`], in the order [`job_of`] reads them by name.
-macro_rules! job_cols {
-    () => {
-        "id, delivery_id, event, payload, repo, lane, trigger_desc, state, attempts, run_id, \
-         run_state, pr_url, report, detail, spend_usd, cancel_requested, lease_owner, \
-         lease_until, created_at, updated_at, duration_ms"
-    };
-}
-pub(crate) use job_cols;
-
-/// Read a [`Job`] from a row of either database (the column types are the same).
-macro_rules! job_of {
-    ($row:expr) => {{
-        let row = $row;
-        let id: String = row.try_get("id").map_err(Error::db("read a job"))?;
-        let state: String = row.try_get("state").map_err(Error::db("read a job"))?;
-        let state = $crate::store::state_of(&id, &state)?;
-        let attempts: i64 = row.try_get("attempts").map_err(Error::db("read a job"))?;
-        let cancel: i64 = row
-            .try_get("cancel_requested")
-            .map_err(Error::db("read a job"))?;
-        Job {
-            delivery_id: row
-                .try_get("delivery_id")
-                .map_err(Error::db("read a job"))?,
-            event: row.try_get("event").map_err(Error::db("read a job"))?,
-            payload: $crate::store::unpack_payload(
-                &id,
-                row.try_get("payload").map_err(Error::db("read a job"))?,
-            )?,
-            repo: row.try_get("repo").map_err(Error::db("read a job"))?,
-            lane: row.try_get("lane").map_err(Error::db("read a job"))?,
-            trigger: row
-                .try_get("trigger_desc")
-                .map_err(Error::db("read a job"))?,
-            state,
-            attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-            run_id: row.try_get("run_id").map_err(Error::db("read a job"))?,
-            run_state: row.try_get("run_state").map_err(Error::db("read a job"))?,
-            report: row.try_get("report").map_err(Error::db("read a job"))?,
-            pr_url: row.try_get("pr_url").map_err(Error::db("read a job"))?,
-            detail: row.try_get("detail").map_err(Error::db("read a job"))?,
-            spend_usd: row.try_get("spend_usd").map_err(Error::db("read a job"))?,
-            cancel_requested: cancel != 0,
-            lease_owner: row
-                .try_get("lease_owner")
-                .map_err(Error::db("read a job"))?,
-            lease_until: row
-                .try_get("lease_until")
-                .map_err(Error::db("read a job"))?,
-            created_at: row.try_get("created_at").map_err(Error::db("read a job"))?,
-            updated_at: row.try_get("updated_at").map_err(Error::db("read a job"))?,
-            duration_ms: row
-                .try_get("duration_ms")
-                .map_err(Error::db("read a job"))?,
-            id,
-        }
-    }};
-}
-pub(crate) use job_of;
 
 /// The queue: one row a delivery id, its job. A job's `deliveries` counts the copies of its
 /// delivery received and `last_delivery_at` says when the last came.
@@ -104,7 +45,7 @@ pub(crate) use job_of;
 /// index on the delivery id and more statements for each delivery. One table holds the same
 /// facts and a new delivery is one insert; [`merge_deliveries_into_jobs`] moves older files
 /// over.)
-const JOBS_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobs (
+pub(super) const JOBS_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobs (
         id TEXT PRIMARY KEY,
         delivery_id TEXT NOT NULL UNIQUE,
         event TEXT NOT NULL,
@@ -130,21 +71,32 @@ const JOBS_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobs (
         last_delivery_at INTEGER NOT NULL
     )";
 
-const INDEXES: &[&str] = &[
-    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created_at, id)",
-    // One running job per lane, whoever claims it: the per-PR limit holds across processes.
-    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_running_per_lane ON jobs(lane)
-        WHERE state = 'running' AND lane IS NOT NULL",
-];
+const INDEXES: &str = "
+    CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created_at, id);
+    -- One running job per lane, whoever claims it: the per-PR limit holds across processes.
+    CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_running_per_lane ON jobs(lane)
+        WHERE state = 'running' AND lane IS NOT NULL;";
+
+/// Make the schema at `conn`'s file (or bring an older one up to date), in one transaction.
+fn make_schema(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(JOBS_TABLE)?;
+    merge_deliveries_into_jobs(&tx)?;
+    tx.execute_batch(INDEXES)?;
+    tx.commit()
+}
 
 /// A file made before deliveries were merged into jobs has a `deliveries` table, which `jobs`
 /// references: SQLite cannot drop that reference in place, so `jobs` is built again with the
 /// counts of its deliveries, inside the caller's transaction (all of it or none of it).
-async fn merge_deliveries_into_jobs(conn: &mut sqlx::SqliteConnection) -> sqlx::Result<()> {
-    let old: Option<(i64,)> =
-        sqlx::query_as("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deliveries'")
-            .fetch_optional(&mut *conn)
-            .await?;
+fn merge_deliveries_into_jobs(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let old = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deliveries'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()?;
     if old.is_none() {
         return Ok(());
     }
@@ -168,9 +120,7 @@ async fn merge_deliveries_into_jobs(conn: &mut sqlx::SqliteConnection) -> sqlx::
         "DROP TABLE deliveries",
         "ALTER TABLE jobs_merged RENAME TO jobs",
     ] {
-        sqlx::query(sqlx::AssertSqlSafe(stmt))
-            .execute(&mut *conn)
-            .await?;
+        conn.execute_batch(stmt)?;
     }
     tracing::info!("merged the deliveries table into jobs");
     Ok(())
@@ -179,17 +129,76 @@ async fn merge_deliveries_into_jobs(conn: &mut sqlx::SqliteConnection) -> sqlx::
 /// Most deliveries committed in one transaction.
 const MAX_GROUP: usize = 256;
 
+/// Most connections claims and reads hold at once (deliveries have the writer's own).
+const MAX_CONNECTIONS: usize = 8;
+
 /// A delivery waiting for the group committer, and where its outcome goes.
 type Pending = (NewDelivery, oneshot::Sender<Result<Enqueued>>);
 
 /// The SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
-    path: PathBuf,
+    conns: Arc<Connections>,
     /// Deliveries for the group committer ([`commit_groups`]); it stops when every clone of
     /// the store is dropped.
     deliveries: mpsc::Sender<Pending>,
+}
+
+/// The connections claims and reads run on: at most [`MAX_CONNECTIONS`], opened when first
+/// needed, each used by one blocking task at a time for its whole transaction, and kept for
+/// the next.
+#[derive(Debug)]
+struct Connections {
+    path: PathBuf,
+    wal_limit: i64,
+    idle: Mutex<Vec<rusqlite::Connection>>,
+    slots: Arc<Semaphore>,
+}
+
+impl Connections {
+    /// Run `work` on a connection, on a blocking thread (a statement may wait for the write
+    /// lock, up to the busy timeout, and the runtime's threads must not).
+    async fn run<T, F>(self: &Arc<Self>, work: F) -> Result<T>
+    where
+        F: FnOnce(&mut rusqlite::Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        // The semaphore is never closed; an error would mean it was.
+        let slot = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        let conns = Arc::clone(self);
+        let task = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let idle = conns
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            let mut conn = match idle {
+                Some(conn) => conn,
+                None => open_raw(&conns.path, conns.wal_limit)?,
+            };
+            let out = work(&mut conn);
+            // A connection left inside a transaction (cannot happen: every transaction ends
+            // or is rolled back when dropped) is closed rather than handed on.
+            if conn.is_autocommit() {
+                conns
+                    .idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(conn);
+            }
+            out
+        });
+        match task.await {
+            Ok(out) => out,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: the runtime is shutting down.
+            Err(_) => Err(Error::ShuttingDown),
+        }
+    }
 }
 
 impl SqliteStore {
@@ -206,52 +215,20 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let what = format!("open sqlite {}", path.display());
-        let opts = SqliteConnectOptions::from_str("sqlite://")
-            .map_err(Error::db(what.clone()))?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            // Checkpoints run in the background ([`checkpoints`]), not in the commit that
-            // happens to cross the threshold: that commit (and every delivery waiting on it)
-            // would otherwise wait for the copy and its fsync.
-            .pragma("wal_autocheckpoint", "0")
-            .busy_timeout(Duration::from_secs(30))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(opts.clone())
-            .await
-            .map_err(Error::db(what))?;
-        let mut tx = pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|source| schema_err(path, source))?;
-        sqlx::query(JOBS_TABLE)
-            .execute(&mut *tx)
-            .await
-            .map_err(|source| schema_err(path, source))?;
-        merge_deliveries_into_jobs(&mut tx)
-            .await
-            .map_err(|source| schema_err(path, source))?;
-        for stmt in INDEXES {
-            sqlx::query(*stmt)
-                .execute(&mut *tx)
-                .await
-                .map_err(|source| schema_err(path, source))?;
-        }
-        tx.commit()
-            .await
-            .map_err(|source| schema_err(path, source))?;
+        let owned = path.to_path_buf();
+        let first = tokio::task::spawn_blocking(move || create(&owned, wal_limit));
+        let first = match first.await {
+            Ok(conn) => conn?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => return Err(Error::ShuttingDown),
+        };
         let (deliveries, rx) = mpsc::channel(4 * MAX_GROUP);
         // The delivery writer and the checkpointer have connections of their own.
         let writer_conn = open_raw(path, wal_limit)?;
         let checkpointer_conn = open_raw(path, wal_limit)?;
         let io = |what, source| Error::Thread { what, source };
         // The writer and the checkpointer run on threads of their own: as tasks of the
-        // server's runtime they waited behind every ready request task, and as sqlx
-        // statements each one was a hand-off to a connection thread and back.
+        // server's runtime they waited behind every ready request task.
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || commit_groups(writer_conn, rx))
@@ -262,25 +239,29 @@ impl SqliteStore {
             .spawn(move || checkpoints(&checkpointer_conn, &alive))
             .map_err(|e| io("the WAL checkpointer", e))?;
         Ok(SqliteStore {
-            pool,
-            path: path.to_path_buf(),
+            conns: Arc::new(Connections {
+                path: path.to_path_buf(),
+                wal_limit,
+                idle: Mutex::new(vec![first]),
+                slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            }),
             deliveries,
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.conns.path
     }
 
     /// The journal mode in force (`wal` once opened).
     pub async fn journal_mode(&self) -> Result<String> {
-        let row = sqlx::query("PRAGMA journal_mode")
-            .fetch_one(&self.pool)
+        self.conns
+            .run(|conn| {
+                conn.pragma_query_value(None, "journal_mode", |r| r.get(0))
+                    .map_err(Error::db("read the journal mode"))
+            })
             .await
-            .map_err(Error::db("read the journal mode"))?;
-        row.try_get::<String, _>(0)
-            .map_err(Error::db("read the journal mode"))
     }
 }
 
@@ -299,30 +280,54 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// writer: p99 at 256 connections 80–105 ms instead of 30–45.)
 const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
-/// A connection of the store's own threads to the database at `path` (its schema made already),
-/// set up as every connection of the store: `synchronous=FULL`, foreign keys on, automatic
-/// checkpoints off; a WAL started over is cut back to `wal_limit` bytes.
-fn open_raw(path: &Path, wal_limit: i64) -> Result<rusqlite::Connection> {
-    let fail = |source| Error::Sqlite {
-        what: format!("open {} for the store's own threads", path.display()),
-        source,
+/// The first connection to the database at `path`: creates the file if it is missing, puts it
+/// in WAL mode (which the file keeps) and makes its schema.
+fn create(path: &Path, wal_limit: i64) -> Result<rusqlite::Connection> {
+    let mut conn = connect(path, wal_limit, rusqlite::OpenFlags::SQLITE_OPEN_CREATE)?;
+    let schema = |source: rusqlite::Error| Error::Schema {
+        url: path.display().to_string(),
+        source: source.into(),
     };
+    conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
+        .map_err(schema)?;
+    make_schema(&mut conn).map_err(schema)?;
+    Ok(conn)
+}
+
+/// A connection to the database at `path` (its schema made already), set up as every
+/// connection of the store: `synchronous=FULL`, foreign keys on, automatic checkpoints off
+/// (they run in the background, [`checkpoints`], not in the commit that happens to cross the
+/// threshold, which every delivery waiting on it would wait for); a WAL started over is cut
+/// back to `wal_limit` bytes.
+fn open_raw(path: &Path, wal_limit: i64) -> Result<rusqlite::Connection> {
+    connect(path, wal_limit, rusqlite::OpenFlags::empty())
+}
+
+fn connect(
+    path: &Path,
+    wal_limit: i64,
+    extra: rusqlite::OpenFlags,
+) -> Result<rusqlite::Connection> {
+    let fail = Error::db(format!("open sqlite {}", path.display()));
     let conn = rusqlite::Connection::open_with_flags(
         path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(fail)?;
-    conn.busy_timeout(Duration::from_secs(30)).map_err(fail)?;
-    for (name, value) in [
-        ("synchronous", "FULL"),
-        ("foreign_keys", "ON"),
-        ("wal_autocheckpoint", "0"),
-    ] {
-        conn.pragma_update(None, name, value).map_err(fail)?;
-    }
-    conn.pragma_update(None, "journal_size_limit", wal_limit)
-        .map_err(fail)?;
-    Ok(conn)
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | extra,
+    );
+    let setup = |conn: &rusqlite::Connection| -> rusqlite::Result<()> {
+        conn.busy_timeout(Duration::from_secs(30))?;
+        for (name, value) in [
+            ("synchronous", "FULL"),
+            ("foreign_keys", "ON"),
+            ("wal_autocheckpoint", "0"),
+        ] {
+            conn.pragma_update(None, name, value)?;
+        }
+        conn.pragma_update(None, "journal_size_limit", wal_limit)
+    };
+    conn.and_then(|conn| setup(&conn).map(|()| conn))
+        .map_err(fail)
 }
 
 /// The background checkpointer: a passive checkpoint every [`CHECKPOINT_EVERY`] (it never
@@ -362,9 +367,9 @@ fn commit_groups(mut conn: rusqlite::Connection, mut rx: mpsc::Receiver<Pending>
 /// so one bad delivery is refused alone.
 fn commit_group(conn: &mut rusqlite::Connection, group: &[Pending]) -> Vec<Result<Enqueued>> {
     let now = now_ms();
-    let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(e) => return failed(group, format!("begin: {e}")),
+        Err(e) => return failed(group, "begin", e),
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for (d, _) in group {
@@ -373,7 +378,7 @@ fn commit_group(conn: &mut rusqlite::Connection, group: &[Pending]) -> Vec<Resul
             Err(e) => {
                 tracing::debug!(error = %e, "a delivery failed its group; storing them one by one");
                 if let Err(e) = tx.rollback() {
-                    return failed(group, format!("roll back a group: {e}"));
+                    return failed(group, "roll back a group", e);
                 }
                 return commit_one_by_one(conn, group, now);
             }
@@ -381,18 +386,20 @@ fn commit_group(conn: &mut rusqlite::Connection, group: &[Pending]) -> Vec<Resul
     }
     match tx.commit() {
         Ok(()) => outcomes.into_iter().map(Ok).collect(),
-        Err(e) => failed(group, format!("commit: {e}")),
+        Err(e) => failed(group, "commit", e),
     }
 }
 
-/// Every delivery of `group` failed with `message`.
-fn failed(group: &[Pending], message: String) -> Vec<Result<Enqueued>> {
+/// Every delivery of `group` failed: `what` failed with `e`.
+fn failed(group: &[Pending], what: &'static str, e: rusqlite::Error) -> Vec<Result<Enqueued>> {
+    let source = Arc::new(Driver::from(e));
     group
         .iter()
         .map(|(d, _)| {
             Err(Error::Enqueue {
                 delivery: d.delivery_id.clone(),
-                message: message.clone(),
+                what,
+                source: Arc::clone(&source),
             })
         })
         .collect()
@@ -405,20 +412,20 @@ fn commit_one_by_one(
     group: &[Pending],
     now: i64,
 ) -> Vec<Result<Enqueued>> {
-    let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(e) => return failed(group, format!("begin: {e}")),
+        Err(e) => return failed(group, "begin", e),
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for (d, _) in group {
         let sp = match tx.savepoint() {
             Ok(sp) => sp,
-            Err(e) => return failed(group, format!("savepoint: {e}")),
+            Err(e) => return failed(group, "savepoint", e),
         };
         match enqueue_one(&sp, d, now) {
             Ok(out) => match sp.commit() {
                 Ok(()) => outcomes.push(Ok(out)),
-                Err(e) => return failed(group, format!("release savepoint: {e}")),
+                Err(e) => return failed(group, "release savepoint", e),
             },
             // Dropping the savepoint rolls it back.
             Err(e) => outcomes.push(Err(e)),
@@ -426,7 +433,7 @@ fn commit_one_by_one(
     }
     match tx.commit() {
         Ok(()) => outcomes,
-        Err(e) => failed(group, format!("commit: {e}")),
+        Err(e) => failed(group, "commit", e),
     }
 }
 
@@ -439,20 +446,21 @@ fn commit_one_by_one(
 /// with every page the statement changes — ~1,200 `pwrite`s a commit, a quarter of the
 /// receiver's throughput.)
 fn enqueue_one(conn: &rusqlite::Connection, d: &NewDelivery, now: i64) -> Result<Enqueued> {
-    let fail = |what: &str, e: rusqlite::Error| Error::Enqueue {
+    let fail = |what, e: rusqlite::Error| Error::Enqueue {
         delivery: d.delivery_id.clone(),
-        message: format!("{what}: {e}"),
+        what,
+        source: Arc::new(e.into()),
     };
     let fresh = new_id();
     let inserted = conn
         .prepare_cached(
             "INSERT INTO jobs (id, delivery_id, event, payload, repo, lane, trigger_desc, state,
                      created_at, updated_at, deliveries, last_delivery_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, 1, ?8)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $8, 1, $8)
                  ON CONFLICT (delivery_id) DO NOTHING",
         )
         .and_then(|mut st| {
-            st.execute(rusqlite::params![
+            st.execute(params![
                 fresh,
                 d.delivery_id,
                 d.event,
@@ -469,12 +477,12 @@ fn enqueue_one(conn: &rusqlite::Connection, d: &NewDelivery, now: i64) -> Result
     }
     let (job_id, state) = conn
         .prepare_cached(
-            "UPDATE jobs SET deliveries = deliveries + 1, last_delivery_at = ?1
-                 WHERE delivery_id = ?2
+            "UPDATE jobs SET deliveries = deliveries + 1, last_delivery_at = $1
+                 WHERE delivery_id = $2
                  RETURNING id, state",
         )
         .and_then(|mut st| {
-            st.query_row(rusqlite::params![now, d.delivery_id], |r| {
+            st.query_row(params![now, d.delivery_id], |r| {
                 Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
             })
         })
@@ -483,31 +491,68 @@ fn enqueue_one(conn: &rusqlite::Connection, d: &NewDelivery, now: i64) -> Result
     if state != JobState::Failed {
         return Ok(Enqueued::Duplicate { job_id, state });
     }
-    conn.prepare_cached(
-        "UPDATE jobs SET state = 'queued', cancel_requested = 0, lease_owner = NULL,
-                 lease_until = NULL, updated_at = ?1
-             WHERE id = ?2",
-    )
-    .and_then(|mut st| st.execute(rusqlite::params![now, job_id]))
-    .map_err(|e| fail("requeue its job", e))?;
+    conn.prepare_cached(rows::REQUEUE)
+        .and_then(|mut st| st.execute(params![now, job_id]))
+        .map_err(|e| fail("requeue its job", e))?;
     Ok(Enqueued::Requeued { job_id })
 }
 
-fn schema_err(path: &Path, source: sqlx::Error) -> Error {
-    Error::Schema {
-        url: path.display().to_string(),
-        source,
+impl Columns for rusqlite::Row<'_> {
+    fn text(&self, col: &str) -> Result<String> {
+        self.get(col).map_err(rows::unreadable(col))
     }
+    fn text_or_null(&self, col: &str) -> Result<Option<String>> {
+        self.get(col).map_err(rows::unreadable(col))
+    }
+    fn int(&self, col: &str) -> Result<i64> {
+        self.get(col).map_err(rows::unreadable(col))
+    }
+    fn int_or_null(&self, col: &str) -> Result<Option<i64>> {
+        self.get(col).map_err(rows::unreadable(col))
+    }
+    fn real(&self, col: &str) -> Result<f64> {
+        self.get(col).map_err(rows::unreadable(col))
+    }
+    fn bytes(&self, col: &str) -> Result<Vec<u8>> {
+        self.get(col).map_err(rows::unreadable(col))
+    }
+}
+
+/// Claims run one at a time (`BEGIN IMMEDIATE`): no row locks to skip.
+const CLAIM: &str = claim_sql!("");
+
+/// Every row `sql` returns for `params`, read with `read`.
+fn all_of<T>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    what: &str,
+    read: impl Fn(&rusqlite::Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut st = conn.prepare_cached(sql).map_err(Error::db(what))?;
+    let mut found = st.query(params).map_err(Error::db(what))?;
+    let mut out = Vec::new();
+    while let Some(row) = found.next().map_err(Error::db(what))? {
+        out.push(read(row)?);
+    }
+    Ok(out)
+}
+
+/// A statement's count of changed rows.
+fn changed(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    what: String,
+) -> Result<usize> {
+    conn.prepare_cached(sql)
+        .and_then(|mut st| st.execute(params))
+        .map_err(Error::db(what))
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn enqueue(&self, d: NewDelivery) -> Result<Enqueued> {
-        let stopped = |delivery| Error::Enqueue {
-            delivery,
-            message: "the store's writer has stopped".into(),
-        };
-        let id = d.delivery_id.clone();
         let (reply, outcome) = oneshot::channel();
         // Compressed here, on the caller's task, so the single writer only writes.
         let packed = NewDelivery {
@@ -517,229 +562,193 @@ impl Store for SqliteStore {
         self.deliveries
             .send((packed, reply))
             .await
-            .map_err(|_| stopped(id.clone()))?;
-        outcome.await.map_err(|_| stopped(id))?
+            .map_err(|_| Error::WriterStopped)?;
+        outcome.await.map_err(|_| Error::WriterStopped)?
     }
 
     async fn claim(&self, owner: &str, lease: Duration, which: Claim) -> Result<Option<Job>> {
         let now = now_ms();
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let owner = owner.to_string();
+        let until = now.saturating_add(ms(lease));
+        let unlaned = i64::from(which == Claim::Unlaned);
+        self.conns
+            .run(move |conn| {
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(Error::db("begin a claim"))?;
+                let mut job = all_of(
+                    &tx,
+                    CLAIM,
+                    params![owner, until, now, unlaned],
+                    "claim a job",
+                    |r| job_of(r),
+                )?;
+                tx.commit().map_err(Error::db("commit a claim"))?;
+                Ok(job.pop())
+            })
             .await
-            .map_err(Error::db("begin a claim"))?;
-        let row = sqlx::query(concat!(
-            "UPDATE jobs SET state = 'running', lease_owner = ?1, lease_until = ?2,
-                 attempts = attempts + 1, updated_at = ?3
-             WHERE id = (
-                 SELECT j.id FROM jobs j
-                 WHERE (?4 = 0 OR j.lane IS NULL)
-                   AND ((j.state = 'queued' AND (j.lane IS NULL OR NOT EXISTS (
-                         SELECT 1 FROM jobs r WHERE r.lane = j.lane AND r.state = 'running')))
-                    OR (j.state = 'running' AND j.lease_until < ?3))
-                 ORDER BY j.created_at, j.id
-                 LIMIT 1)
-             RETURNING ",
-            job_cols!()
-        ))
-        .bind(owner)
-        .bind(now.saturating_add(ms(lease)))
-        .bind(now)
-        .bind(i64::from(which == Claim::Unlaned))
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(Error::db("claim a job"))?;
-        let job = match row {
-            Some(row) => Some(job_of!(&row)),
-            None => None,
-        };
-        tx.commit().await.map_err(Error::db("commit a claim"))?;
-        Ok(job)
     }
 
     async fn heartbeat(&self, job: &str, owner: &str, lease: Duration) -> Result<Heartbeat> {
         let now = now_ms();
-        let row = sqlx::query(
-            "UPDATE jobs SET lease_until = ?, updated_at = ?
-             WHERE id = ? AND lease_owner = ? AND state = 'running'
-             RETURNING cancel_requested",
-        )
-        .bind(now.saturating_add(ms(lease)))
-        .bind(now)
-        .bind(job)
-        .bind(owner)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Error::db(format!("renew the lease of job {job}")))?;
-        Ok(match row {
-            Some(row) => Heartbeat::Held {
-                cancel: row.try_get::<i64, _>(0).map_err(Error::db("read a job"))? != 0,
-            },
-            None => Heartbeat::Lost,
-        })
+        let (job, owner) = (job.to_string(), owner.to_string());
+        self.conns
+            .run(move |conn| {
+                let cancel = conn
+                    .prepare_cached(rows::HEARTBEAT)
+                    .and_then(|mut st| {
+                        st.query_row(
+                            params![now.saturating_add(ms(lease)), now, job, owner],
+                            |r| r.get::<_, i64>(0),
+                        )
+                        .optional()
+                    })
+                    .map_err(Error::db(format!("renew the lease of job {job}")))?;
+                Ok(match cancel {
+                    Some(cancel) => Heartbeat::Held {
+                        cancel: cancel != 0,
+                    },
+                    None => Heartbeat::Lost,
+                })
+            })
+            .await
     }
 
     async fn set_run(&self, job: &str, owner: &str, run_id: &str) -> Result<bool> {
-        let r = sqlx::query(
-            "UPDATE jobs SET run_id = ?, updated_at = ?
-             WHERE id = ? AND lease_owner = ? AND state = 'running'",
-        )
-        .bind(run_id)
-        .bind(now_ms())
-        .bind(job)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(Error::db(format!("record the run of job {job}")))?;
-        Ok(r.rows_affected() == 1)
+        let (job, owner, run_id) = (job.to_string(), owner.to_string(), run_id.to_string());
+        self.conns
+            .run(move |conn| {
+                let what = format!("record the run of job {job}");
+                let n = changed(
+                    conn,
+                    rows::SET_RUN,
+                    params![run_id, now_ms(), job, owner],
+                    what,
+                )?;
+                Ok(n == 1)
+            })
+            .await
     }
 
     async fn finish(&self, job: &str, owner: &str, f: &Finish) -> Result<bool> {
-        let r = sqlx::query(
-            "UPDATE jobs SET state = ?, run_id = COALESCE(?, run_id), run_state = ?, pr_url = ?,
-                 report = ?, detail = ?, spend_usd = ?, duration_ms = ?, lease_owner = NULL,
-                 lease_until = NULL, updated_at = ?
-             WHERE id = ? AND lease_owner = ? AND state = 'running'",
-        )
-        .bind(f.state.as_str())
-        .bind(&f.run_id)
-        .bind(&f.run_state)
-        .bind(&f.pr_url)
-        .bind(&f.report)
-        .bind(&f.detail)
-        .bind(f.spend_usd)
-        .bind(f.duration_ms)
-        .bind(now_ms())
-        .bind(job)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(Error::db(format!("finish job {job}")))?;
-        Ok(r.rows_affected() == 1)
+        let (job, owner, f) = (job.to_string(), owner.to_string(), f.clone());
+        self.conns
+            .run(move |conn| {
+                let n = changed(
+                    conn,
+                    rows::FINISH,
+                    params![
+                        f.state.as_str(),
+                        f.run_id,
+                        f.run_state,
+                        f.pr_url,
+                        f.report,
+                        f.detail,
+                        f.spend_usd,
+                        f.duration_ms,
+                        now_ms(),
+                        job,
+                        owner
+                    ],
+                    format!("finish job {job}"),
+                )?;
+                Ok(n == 1)
+            })
+            .await
     }
 
     async fn release(&self, job: &str, owner: &str) -> Result<bool> {
-        let r = sqlx::query(
-            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,
-                 attempts = MAX(attempts - 1, 0), updated_at = ?
-             WHERE id = ? AND lease_owner = ? AND state = 'running'",
-        )
-        .bind(now_ms())
-        .bind(job)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(Error::db(format!("release job {job}")))?;
-        Ok(r.rows_affected() == 1)
+        let (job, owner) = (job.to_string(), owner.to_string());
+        self.conns
+            .run(move |conn| {
+                let what = format!("release job {job}");
+                let n = changed(conn, rows::RELEASE, params![now_ms(), job, owner], what)?;
+                Ok(n == 1)
+            })
+            .await
     }
 
     async fn cancel_lane(&self, lane: &str, except_job: &str) -> Result<u64> {
         let now = now_ms();
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let (lane, except_job) = (lane.to_string(), except_job.to_string());
+        self.conns
+            .run(move |conn| {
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(Error::db("begin a cancel"))?;
+                let queued = changed(
+                    &tx,
+                    rows::CANCEL_QUEUED,
+                    params![now, lane, except_job],
+                    format!("cancel the queued jobs of {lane}"),
+                )?;
+                let running = changed(
+                    &tx,
+                    rows::CANCEL_RUNNING,
+                    params![now, lane, except_job],
+                    format!("stop the running job of {lane}"),
+                )?;
+                tx.commit().map_err(Error::db("commit a cancel"))?;
+                Ok(u64::try_from(queued + running).unwrap_or(u64::MAX))
+            })
             .await
-            .map_err(Error::db("begin a cancel"))?;
-        let queued = sqlx::query(
-            "UPDATE jobs SET state = 'cancelled', detail = 'stopped before it started',
-                 updated_at = ?
-             WHERE lane = ? AND state = 'queued' AND id <> ?",
-        )
-        .bind(now)
-        .bind(lane)
-        .bind(except_job)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::db(format!("cancel the queued jobs of {lane}")))?;
-        let running = sqlx::query(
-            "UPDATE jobs SET cancel_requested = 1, updated_at = ?
-             WHERE lane = ? AND state = 'running' AND id <> ?",
-        )
-        .bind(now)
-        .bind(lane)
-        .bind(except_job)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::db(format!("stop the running job of {lane}")))?;
-        tx.commit().await.map_err(Error::db("commit a cancel"))?;
-        Ok(queued.rows_affected() + running.rows_affected())
     }
 
     async fn job(&self, id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query(concat!("SELECT ", job_cols!(), " FROM jobs WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(&self.pool)
+        let id = id.to_string();
+        self.conns
+            .run(move |conn| {
+                let what = format!("read job {id}");
+                Ok(all_of(conn, rows::JOB, params![id], &what, |r| job_of(r))?.pop())
+            })
             .await
-            .map_err(Error::db(format!("read job {id}")))?;
-        Ok(match row {
-            Some(row) => Some(job_of!(&row)),
-            None => None,
-        })
     }
 
     async fn recent(&self, limit: u32) -> Result<Vec<Job>> {
-        let rows: Vec<SqliteRow> = sqlx::query(concat!(
-            "SELECT ",
-            job_cols!(),
-            " FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(Error::db("list recent jobs"))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            out.push(job_of!(row));
-        }
-        Ok(out)
+        self.conns
+            .run(move |conn| {
+                all_of(
+                    conn,
+                    rows::RECENT,
+                    params![i64::from(limit)],
+                    "list recent jobs",
+                    |r| job_of(r),
+                )
+            })
+            .await
     }
 
     async fn counts(&self) -> Result<StateCounts> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
-            .fetch_all(&self.pool)
+        self.conns
+            .run(|conn| {
+                let found = all_of(conn, rows::COUNTS, [], "count jobs", |r| count_of(r))?;
+                Ok(counts_of(found))
+            })
             .await
-            .map_err(Error::db("count jobs"))?;
-        counts_of(&rows)
     }
 
     async fn health(&self) -> Result<()> {
         if self.deliveries.is_closed() {
             return Err(Error::WriterStopped);
         }
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
+        self.conns
+            .run(|conn| {
+                conn.query_row("SELECT 1", [], |_| Ok(()))
+                    .map_err(Error::db("reach the database"))
+            })
             .await
-            .map_err(Error::db("reach the database"))?;
-        Ok(())
     }
 
     async fn delivery_count(&self) -> Result<u64> {
-        let row = sqlx::query("SELECT COUNT(*) FROM jobs")
-            .fetch_one(&self.pool)
+        self.conns
+            .run(|conn| {
+                let n: i64 = conn
+                    .query_row(rows::DELIVERY_COUNT, [], |r| r.get(0))
+                    .map_err(Error::db("count deliveries"))?;
+                Ok(u64::try_from(n).unwrap_or(0))
+            })
             .await
-            .map_err(Error::db("count deliveries"))?;
-        let n: i64 = row.try_get(0).map_err(Error::db("count deliveries"))?;
-        Ok(u64::try_from(n).unwrap_or(0))
     }
-}
-
-/// Every state with its count (zero where no row has it).
-pub(crate) fn counts_of<R: sqlx::Row>(rows: &[R]) -> Result<StateCounts>
-where
-    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> &'r str: sqlx::ColumnIndex<R>,
-{
-    let mut out: StateCounts = JobState::ALL.iter().map(|s| (*s, 0)).collect();
-    for row in rows {
-        let state: String = row.try_get("state").map_err(Error::db("count jobs"))?;
-        let n: i64 = row.try_get("n").map_err(Error::db("count jobs"))?;
-        let state = state_of("(count)", &state)?;
-        if let Some(slot) = out.iter_mut().find(|(s, _)| *s == state) {
-            slot.1 = u64::try_from(n).unwrap_or(0);
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -755,6 +764,25 @@ mod tests {
             lane: Some(format!("o/r#{id}")),
             trigger: "issues.labeled".into(),
         }
+    }
+
+    /// A connection of the test's own to the store's file.
+    fn sql(store: &SqliteStore) -> rusqlite::Connection {
+        open_raw(store.path(), WAL_SIZE_LIMIT).unwrap()
+    }
+
+    /// Every row `query` returns, read with `read`.
+    fn rows_of<T>(
+        store: &SqliteStore,
+        query: &str,
+        read: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Vec<T> {
+        let conn = sql(store);
+        let mut st = conn.prepare(query).unwrap();
+        st.query_map([], read)
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
     }
 
     /// The schema before deliveries were merged into jobs, as files made then have it.
@@ -813,18 +841,17 @@ mod tests {
         drop(conn);
 
         let store = SqliteStore::open(&path).await.unwrap();
-        let tables: Vec<(String,)> =
-            sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-                .fetch_all(&store.pool)
-                .await
-                .unwrap();
+        let tables: Vec<(String,)> = rows_of(
+            &store,
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+            |r| Ok((r.get(0)?,)),
+        );
         assert_eq!(tables, [("jobs".to_string(),)]);
-        let merged: Vec<(String, String, i64, i64)> = sqlx::query_as(
+        let merged: Vec<(String, String, i64, i64)> = rows_of(
+            &store,
             "SELECT id, delivery_id, deliveries, last_delivery_at FROM jobs ORDER BY id",
-        )
-        .fetch_all(&store.pool)
-        .await
-        .unwrap();
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        );
         assert_eq!(
             merged,
             [
@@ -854,19 +881,21 @@ mod tests {
             Enqueued::New { .. }
         ));
         assert_eq!(store.delivery_count().await.unwrap(), 3);
-        let (times,): (i64,) = sqlx::query_as("SELECT deliveries FROM jobs WHERE id = 'ja'")
-            .fetch_one(&store.pool)
-            .await
+        let (times,): (i64,) = sql(&store)
+            .query_row("SELECT deliveries FROM jobs WHERE id = 'ja'", [], |r| {
+                Ok((r.get(0)?,))
+            })
             .unwrap();
         assert_eq!(times, 3);
         // The indexes are there again, on the new table.
-        let (indexes,): (i64,) = sqlx::query_as(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'
-                 AND name IN ('jobs_by_state', 'jobs_one_running_per_lane')",
-        )
-        .fetch_one(&store.pool)
-        .await
-        .unwrap();
+        let (indexes,): (i64,) = sql(&store)
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'
+                     AND name IN ('jobs_by_state', 'jobs_one_running_per_lane')",
+                [],
+                |r| Ok((r.get(0)?,)),
+            )
+            .unwrap();
         assert_eq!(indexes, 2);
         // Opening again finds nothing left to merge.
         drop(store);
@@ -913,6 +942,33 @@ mod tests {
         }
         assert!(size <= LIMIT, "the WAL is still {size} bytes (was {grown})");
         assert_eq!(store.delivery_count().await.unwrap(), 200 + after);
+    }
+
+    /// Claims and reads never hold more than [`MAX_CONNECTIONS`] connections, however many ask
+    /// at once, and the connections are kept for the next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claims_and_reads_share_a_bounded_set_of_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("serve.db"))
+            .await
+            .unwrap();
+        let job = store.enqueue(delivery("a")).await.unwrap();
+        let mut reads = tokio::task::JoinSet::new();
+        for _ in 0..100 {
+            let store = store.clone();
+            let id = job.job_id().to_string();
+            reads.spawn(async move { store.job(&id).await });
+        }
+        while let Some(r) = reads.join_next().await {
+            assert_eq!(r.unwrap().unwrap().unwrap().delivery_id, "a");
+        }
+        let idle = store.conns.idle.lock().unwrap().len();
+        assert!((1..=MAX_CONNECTIONS).contains(&idle), "{idle} idle");
+        assert_eq!(
+            store.conns.slots.available_permits(),
+            MAX_CONNECTIONS,
+            "a slot was kept"
+        );
     }
 
     /// When the writer's thread is gone (its end of the channel dropped, as a panic would),
@@ -966,13 +1022,12 @@ mod tests {
         let store = SqliteStore::open(&dir.path().join("serve.db"))
             .await
             .unwrap();
-        sqlx::query(
-            "CREATE TRIGGER refuse BEFORE INSERT ON jobs WHEN NEW.delivery_id = 'bad'
-             BEGIN SELECT RAISE(ABORT, 'refused'); END",
-        )
-        .execute(&store.pool)
-        .await
-        .unwrap();
+        sql(&store)
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON jobs WHEN NEW.delivery_id = 'bad'
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .unwrap();
         // One group, as the committer would take it: the duplicate of `a` is seen inside it.
         let group: Vec<Pending> = ["a", "bad", "b", "a"]
             .into_iter()
@@ -993,12 +1048,38 @@ mod tests {
         // The refused delivery's own row was rolled back with its savepoint.
         assert_eq!(store.delivery_count().await.unwrap(), 2);
         // And it can be delivered again once the cause is gone.
-        sqlx::query("DROP TRIGGER refuse")
-            .execute(&store.pool)
-            .await
-            .unwrap();
+        sql(&store).execute_batch("DROP TRIGGER refuse").unwrap();
         let again = store.enqueue(delivery("bad")).await.unwrap();
         assert!(matches!(again, Enqueued::New { .. }), "{again:?}");
+    }
+
+    /// A refused delivery's error keeps SQLite's error as its source (not only its text).
+    #[tokio::test]
+    async fn a_refused_delivery_keeps_sqlites_error_as_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("serve.db"))
+            .await
+            .unwrap();
+        sql(&store)
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON jobs
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .unwrap();
+        let err = store.enqueue(delivery("bad")).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("cannot store delivery bad: queue its job: "),
+            "{err}"
+        );
+        let source = std::error::Error::source(&err).expect("a source");
+        let driver = source
+            .downcast_ref::<Arc<Driver>>()
+            .expect("the driver's error");
+        assert!(
+            matches!(driver.as_ref(), Driver::Sqlite(e) if e.to_string().contains("refused")),
+            "{driver:?}"
+        );
     }
 
     #[tokio::test]
@@ -1013,10 +1094,12 @@ mod tests {
             .collect::<String>()
             .into_bytes();
         let job = store.enqueue(d.clone()).await.unwrap();
-        let (stored,): (Vec<u8>,) = sqlx::query_as("SELECT payload FROM jobs WHERE id = ?")
-            .bind(job.job_id())
-            .fetch_one(&store.pool)
-            .await
+        let (stored,): (Vec<u8>,) = sql(&store)
+            .query_row(
+                "SELECT payload FROM jobs WHERE id = ?1",
+                [job.job_id()],
+                |r| Ok((r.get(0)?,)),
+            )
             .unwrap();
         assert!(
             stored.len() * 3 < d.payload.len(),
@@ -1043,11 +1126,11 @@ mod tests {
             panic!("s is new")
         };
         for (id, state) in [(&f, "failed"), (&s, "succeeded")] {
-            sqlx::query("UPDATE jobs SET state = ? WHERE id = ?")
-                .bind(state)
-                .bind(id)
-                .execute(&store.pool)
-                .await
+            sql(&store)
+                .execute(
+                    "UPDATE jobs SET state = ?1 WHERE id = ?2",
+                    params![state, id],
+                )
                 .unwrap();
         }
         let group: Vec<Pending> = ["n", "f", "s", "n", "f"]
@@ -1085,11 +1168,11 @@ mod tests {
             JobState::Queued
         );
         assert_eq!(store.job(n).await.unwrap().unwrap().payload, b"{}".to_vec());
-        let times: Vec<(String, i64)> =
-            sqlx::query_as("SELECT delivery_id, deliveries FROM jobs ORDER BY delivery_id")
-                .fetch_all(&store.pool)
-                .await
-                .unwrap();
+        let times: Vec<(String, i64)> = rows_of(
+            &store,
+            "SELECT delivery_id, deliveries FROM jobs ORDER BY delivery_id",
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        );
         let times: Vec<(&str, i64)> = times.iter().map(|(d, t)| (d.as_str(), *t)).collect();
         assert_eq!(times, [("f", 3), ("n", 2), ("s", 2)]);
     }
