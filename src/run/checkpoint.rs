@@ -13,7 +13,6 @@ use super::ledger::Ledger;
 use super::setup::Workbench;
 use crate::audit::chain::Kind;
 use crate::audit::redact::{ChangedFile, scan_changes};
-use crate::task::strip_hidden_text;
 use crate::workspace::CommitRequest;
 
 /// The policy at commit time: every changed path, whoever changed it (a tool, a command, the
@@ -88,7 +87,7 @@ pub(super) fn commit(led: &mut Ledger<'_>, bench: &Workbench, why: &str) -> Resu
     let subject = format!(
         "agent: {}",
         svc.redactor
-            .redact(&strip_hidden_text(led.rec.task.goal.lines().next().unwrap_or("change")).text)
+            .redact(led.rec.task.goal.lines().next().unwrap_or("change"))
             .chars()
             .take(64)
             .collect::<String>()

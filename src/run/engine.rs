@@ -19,12 +19,12 @@ use super::tools::{HarnessTool, Toolset};
 use super::turn::{self, Dispatched};
 use super::verification::{self, Check};
 use super::{checkpoint, prompt, review};
-use crate::failpoint::failpoint;
 use crate::audit::Redacted;
 use crate::audit::chain::Kind;
 use crate::audit::redact::Redactor;
 use crate::config::Config;
 use crate::exec::ExecOptions;
+use crate::failpoint::failpoint;
 use crate::model::{self, Message, Role, Router, ToolCall};
 use crate::task::{Mode, Task, strip_hidden_text};
 use crate::workspace::Repo;
@@ -226,9 +226,13 @@ pub async fn start(svc: &Services, mut task: Task, opts: StartOptions) -> Result
     // A secret pasted into the request (an issue body, a comment) must not reach the branch
     // name, the commit messages, the PR title or the record: the model never needs it.
     task.goal = svc.redactor.redact(&task.goal);
+    // Hidden text (HTML comments, invisible characters, collapsed details) is for no reader:
+    // it is taken out here, once, so the record, the prompts, the branch, the commits and the
+    // PR all hold the visible request. What was removed is in the audit log.
+    let sanitized = strip_hidden_text(&task.goal);
+    task.goal.clone_from(&sanitized.text);
     let (rec, dir) = new_record(svc, task, &opts)?;
     let mut run = Active::open(svc, rec, dir, opts.test_command.is_some())?;
-    let sanitized = strip_hidden_text(&run.led.rec.task.goal);
     run.led.audit(
         Kind::State,
         json!({
@@ -245,7 +249,10 @@ pub async fn start(svc: &Services, mut task: Task, opts: StartOptions) -> Result
 /// Continue a stopped run; with `approve`, approve its pending request first.
 pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Result<Outcome> {
     let dir = svc.repo.run_dir(run_id);
-    let rec = RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record of", &dir, e))?;
+    let mut rec =
+        RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record of", &dir, e))?;
+    // Records started before the goal was cleaned at `start` hold it as it was asked.
+    rec.task.goal = strip_hidden_text(&rec.task.goal).text;
     let mut run = Active::open(svc, rec, dir, false)?;
     run.resumed = true;
     let led = &mut run.led;
@@ -427,7 +434,7 @@ impl<'a> Active<'a> {
 
     fn first_message(&self) -> String {
         let rec = &self.led.rec;
-        let goal = strip_hidden_text(&rec.task.goal).text;
+        let goal = rec.task.goal.clone();
         let instructions = prompt::repository_instructions(&rec.worktree);
         let map = super::context::project_map(&rec.worktree, &goal);
         let baseline = rec

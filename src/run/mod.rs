@@ -49,4 +49,3 @@ mod verification;
 
 pub use error::{Error, Result};
 pub use state::RunState;
-

@@ -41,7 +41,7 @@ use crate::audit::chain::{Appender, Kind};
 use crate::failpoint::failpoint;
 use crate::forge::{CommentTarget, Forge, PrRequest, progress_run_id};
 use crate::model::ResumeState;
-use crate::task::{Mode, Origin, RepoRef, Task, strip_hidden_text};
+use crate::task::{Mode, Origin, RepoRef, Task};
 use crate::tools::StepStatus;
 use crate::trigger::Outcome;
 use crate::workspace::{Credentials as GitCredentials, Repo, run_ref};
@@ -787,8 +787,7 @@ async fn publish_found(
     let wants_pr =
         !rec.commits.is_empty() && rec.task.mode == Mode::Fix && rec.state != RunState::Cancelled;
     if let (true, Some(repo_ref)) = (wants_pr, task.repo.as_ref()) {
-        let title = strip_hidden_text(&first_line(&rec.task.goal, 200)).text;
-        let title = format!("agent: {}", first_line(&title, 72));
+        let title = format!("agent: {}", first_line(&rec.task.goal, 72));
         let pr = forge
             .open_draft_pr(
                 repo_ref,

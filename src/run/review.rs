@@ -10,7 +10,6 @@ use super::report::{Review, ReviewFinding};
 use super::{prompt, turn};
 use crate::audit::chain::Kind;
 use crate::model::{Message, Role, ToolSpec};
-use crate::task::strip_hidden_text;
 
 /// How much of the diff the reviewer reads, in characters.
 const REVIEW_DIFF_CHARS: usize = 48 * 1024;
@@ -53,8 +52,7 @@ pub(super) async fn review(led: &mut Ledger<'_>) -> Result<bool> {
                 .join("\n")
         })
         .unwrap_or_default();
-    let goal = strip_hidden_text(&led.rec.task.goal).text;
-    let msg = prompt::review_message(&goal, &plan, &diff, REVIEW_DIFF_CHARS);
+    let msg = prompt::review_message(&led.rec.task.goal, &plan, &diff, REVIEW_DIFF_CHARS);
     let model = svc
         .router
         .spec(Role::Reviewer)
