@@ -604,6 +604,26 @@ mod tests {
         );
     }
 
+    /// Jobs queued by the version before keep the scanner's cut of the payload (the same
+    /// fields, as sent): they read as the event they were cut from.
+    #[test]
+    fn payloads_stored_by_the_scanner_read_the_same() {
+        let whole = json!({
+            "action": "labeled", "label": {"name": "agent", "color": "fff"},
+            "issue": {"number": 4, "state": "open", "body": "long text",
+                      "pull_request": {"url": "u"}},
+            "repository": {"name": "r", "full_name": "o/r", "owner": {"login": "o", "id": 1},
+                           "default_branch": "main"},
+            "sender": {"login": "o", "id": 7, "type": "User", "avatar_url": "x"},
+            "installation": {"id": 5, "node_id": "MDIz"},
+        });
+        let cut = br#"{"action":"labeled","label":{"name":"agent"},"issue":{"number":4,"state":"open","pull_request":{"url":"u"}},"repository":{"name":"r","full_name":"o/r","owner":{"login":"o"},"default_branch":"main"},"sender":{"login":"o","id":7,"type":"User"},"installation":{"id":5}}"#;
+        assert_eq!(
+            Event::parse("issues", cut).unwrap().payload,
+            parse(&whole).unwrap()
+        );
+    }
+
     /// A field the agent reads holding a value of another type is refused, never read as
     /// absent or half read: objects (even as an array serde would read by position), numbers
     /// that are not unsigned integers, strings.
