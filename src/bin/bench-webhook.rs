@@ -6,10 +6,10 @@
 //!        bench-webhook load --url URL --payload FILE --sig SIG --prefix ID
 //!        (--conc C | --rate R) --secs N [--warmup N]
 //!
-//! Ours: the real `git agent serve` HTTP stack (`server::router`: size cap, signature check,
-//! routing, the payload cut to the fields the agent reads (`trigger::fields::project`, which
-//! also checks it is JSON), `describe`, then `Store::enqueue` of the job in one durable
-//! transaction before the 2xx) on a
+//! Ours: the real `git agent serve` HTTP stack (`server::serve`: its accept loop and axum
+//! router, size cap, signature check, the one `serde_json` parse of the delivery into
+//! `trigger::Event`, whose stored form is what the job keeps, the job's lane and label, then
+//! `Store::enqueue` of the job in one durable transaction before the 2xx) on a
 //! SQLite store in a temp dir on disk (WAL, `synchronous=FULL`, as `serve` opens it), served
 //! in this process on loopback with `serve`'s defaults (a multi-threaded runtime, a `warn` log
 //! filter). No workers run: the figure is the acknowledgement path alone.
@@ -858,8 +858,8 @@ fn bench_main(args: &[String]) -> Result<()> {
         let ratio = best(0) / best(1);
         println!();
         println!(
-            "peak throughput ours / peer: {ratio:.2}x (target >= 3x: {})",
-            if ratio >= 3.0 { "met" } else { "MISSED" },
+            "peak throughput ours / peer: {ratio:.2}x, every 2xx durable (target >= 2x: {})",
+            if ratio >= 2.0 { "met" } else { "MISSED" },
         );
         if rate > 0.0 {
             let mut p99: Vec<f64> = open[0].iter().map(|m| m.p99_ms).collect();

@@ -22,7 +22,7 @@ use crate::forge::github::{Auth, GitHub, GitHubOptions};
 use crate::run::RunState;
 use crate::run::engine::StartOptions;
 use crate::run::publish::{self, Fetch, Lookup, Prepared, Resolved};
-use crate::trigger::{self, Outcome};
+use crate::trigger::{self, Event, Outcome};
 use crate::workspace::Repo;
 
 /// Arguments of `git agent action`; each defaults to the variable the runner sets.
@@ -182,15 +182,11 @@ fn resolvable(repo: &Repo, candidates: &[String]) -> Option<String> {
 pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
     let payload = std::fs::read(&args.event_path)
         .with_context(|| format!("cannot read the event {}", args.event_path.display()))?;
-    let value: serde_json::Value = serde_json::from_slice(&payload)
-        .with_context(|| format!("the event {} is not JSON", args.event_path.display()))?;
+    let event = Event::parse(&args.event_name, &payload)
+        .with_context(|| format!("cannot read the event {}", args.event_path.display()))?;
     let report = Report::from_env();
     let repo = context::open_repo(args.repo.as_deref())?;
-    let default_branch = value
-        .pointer("/repository/default_branch")
-        .and_then(|v| v.as_str())
-        .unwrap_or("main")
-        .to_string();
+    let default_branch = event.default_branch().unwrap_or("main").to_string();
     // The repository's config comes from its default branch, never the work tree.
     let config_rev = resolvable(
         &repo,
@@ -222,12 +218,11 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         branch_prefix: cfg.settings.git.branch_prefix.clone(),
         ..trigger::Options::default()
     };
-    let outcome = rt.block_on(trigger::evaluate_bytes(
+    let outcome = rt.block_on(trigger::evaluate(
         forge.as_ref(),
         &cfg.settings.trigger,
         &options,
-        &args.event_name,
-        &payload,
+        &event,
     ))?;
     let repository = match &outcome {
         Outcome::Ignored { reason } => {

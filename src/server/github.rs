@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use secrecy::{ExposeSecret as _, SecretString};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::runner::{JobInput, JobOutcome, JobRunner};
@@ -14,7 +13,7 @@ use crate::config::TriggerConfig;
 use crate::forge::Forge;
 use crate::forge::github::{Auth, GitHub, GitHubOptions};
 use crate::task::RepoRef;
-use crate::trigger::{self, Outcome};
+use crate::trigger::{self, Event, Outcome};
 
 /// How the bot authenticates to GitHub.
 #[derive(Clone)]
@@ -85,7 +84,7 @@ pub struct GitHubRunner {
 }
 
 impl GitHubRunner {
-    fn forge_for(&self, job: &JobInput, payload: &Value) -> Result<GitHub> {
+    fn forge_for(&self, job: &JobInput, event: &Event<'_>) -> Result<GitHub> {
         let fail = |message: String| Error::Runner {
             job: job.job_id.clone(),
             message,
@@ -93,10 +92,8 @@ impl GitHubRunner {
         let auth = match &self.credentials {
             Credentials::Token(t) => Auth::Token(t.expose_secret().to_string()),
             Credentials::App { app_id, key } => {
-                let installation_id = payload
-                    .get("installation")
-                    .and_then(|i| i.get("id"))
-                    .and_then(Value::as_u64)
+                let installation_id = event
+                    .installation_id()
                     .ok_or_else(|| fail("the delivery names no App installation".into()))?;
                 Auth::App {
                     app_id: *app_id,
@@ -116,25 +113,20 @@ impl JobRunner for GitHubRunner {
             job: job.job_id.clone(),
             message,
         };
-        let payload: Value = match serde_json::from_slice(&job.payload) {
-            Ok(v) => v,
+        let event = match Event::parse(&job.event, &job.payload) {
+            Ok(event) => event,
             Err(e) => {
                 return Ok(JobOutcome::Ignored {
-                    reason: format!("payload is not JSON: {e}"),
+                    reason: e.to_string(),
                 });
             }
         };
-        let github = Arc::new(self.forge_for(job, &payload)?);
+        let github = Arc::new(self.forge_for(job, &event)?);
         let forge: Arc<dyn Forge> = github.clone();
-        let outcome = trigger::evaluate(
-            forge.as_ref(),
-            &self.trigger,
-            &self.trigger_options,
-            &job.event,
-            &payload,
-        )
-        .await
-        .map_err(|e| fail(e.to_string()))?;
+        let outcome =
+            trigger::evaluate(forge.as_ref(), &self.trigger, &self.trigger_options, &event)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
         let repo = match &outcome {
             Outcome::Ignored { reason } => {
                 return Ok(JobOutcome::Ignored {

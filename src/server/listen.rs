@@ -1,8 +1,7 @@
 //! The accept loop: HTTP/1 connections driven by hyper with a header-read timeout (hyper's,
 //! on its timer), a cap on open connections, and an idle watchdog for kept-alive ones.
-//! `axum::serve` has none of these knobs; the service is the same router.
+//! `axum::serve` has none of these knobs; every request goes to the same axum router.
 
-use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,19 +9,18 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::Body;
-use axum::extract::Request;
-use axum::response::Response;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::future::Future;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 
 use super::Metrics;
 use super::limits::{Limits, MAX_READ_BUFFER};
@@ -32,18 +30,15 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/pla
     retry-after: 1\r\nconnection: close\r\ncontent-length: 32\r\n\r\n\
     too many connections; try again\n";
 
-/// Accept connections on `listener` and serve each with `handler` until `shutdown`; then
+/// Accept connections on `listener` and serve each with `routes` until `shutdown`; then
 /// stop accepting, let in-flight requests finish, and return once every connection is closed.
-pub(super) async fn accept_loop<H, F>(
+pub(super) async fn accept_loop(
     listener: TcpListener,
-    handler: H,
+    routes: Router,
     limits: Limits,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-) where
-    H: Fn(Request) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
-{
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut builder = http1::Builder::new();
     builder
@@ -79,7 +74,7 @@ pub(super) async fn accept_loop<H, F>(
             stream,
             slot,
             builder.clone(),
-            handler.clone(),
+            routes.clone(),
             limits.idle_timeout,
             metrics.clone(),
             shutdown.clone(),
@@ -228,18 +223,15 @@ impl AsyncWrite for Counted {
 
 /// Serve one connection until the client closes it, a timeout cuts it off, or shutdown has
 /// let its in-flight request finish. `_slot` is its place under the cap.
-async fn connection<H, F>(
+async fn connection(
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
     builder: Arc<http1::Builder>,
-    handler: H,
+    routes: Router,
     idle: Duration,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-) where
-    H: Fn(Request) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
-{
+) {
     let _open = metrics.http_connection();
     let activity = Arc::new(Activity::default());
     let io = TokioIo::new(Counted {
@@ -250,11 +242,11 @@ async fn connection<H, F>(
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         seen.update(|p| p.in_flight += 1);
         let guard = InFlight(seen.clone());
-        let handled = handler(request.map(Body::new));
+        let handled = routes.clone().oneshot(request.map(Body::new));
         async move {
             let response = handled.await;
             drop(guard);
-            Ok::<_, Infallible>(response)
+            response
         }
     });
     let conn = builder.serve_connection(io, service);

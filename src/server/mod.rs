@@ -27,14 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
 use axum::routing::{get, post};
-use futures_util::future::Either;
 use secrecy::SecretString;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt as _;
 
 pub use error::{Error, Result};
 pub use limits::{BodyBudget, FREE_BODY_BYTES, Limits, MAX_READ_BUFFER};
@@ -113,28 +110,8 @@ pub async fn serve(
 ) -> Result<()> {
     state.body_budget = Arc::new(BodyBudget::new(state.limits.body_memory));
     let (limits, metrics) = (state.limits.clone(), state.metrics.clone());
-    // `POST /webhook` goes straight to its handler, every other request through the router
-    // (which routes `/webhook` the same way): the router's matching, path parameters and
-    // boxed handler service cost allocations on every delivery.
-    let routes = router(state.clone());
-    let handler = move |request: axum::extract::Request| {
-        let webhook =
-            request.method() == axum::http::Method::POST && request.uri().path() == "/webhook";
-        if webhook {
-            Either::Left(webhook::receive(State(state.clone()), request))
-        } else {
-            Either::Right(routed(routes.clone(), request))
-        }
-    };
-    listen::accept_loop(listener, handler, limits, metrics, shutdown).await;
+    listen::accept_loop(listener, router(state), limits, metrics, shutdown).await;
     Ok(())
-}
-
-async fn routed(routes: Router, request: axum::extract::Request) -> axum::response::Response {
-    match routes.oneshot(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
 }
 
 /// How long a worker keeps a job before another may take it, by default.

@@ -19,7 +19,7 @@ pub struct JobInput {
     pub delivery_id: String,
     /// `X-GitHub-Event`.
     pub event: String,
-    /// The payload as the job keeps it: the fields the agent reads (`trigger::fields::project`).
+    /// The payload as the job keeps it: what the agent reads of it (`trigger::Event::stored`).
     pub payload: Vec<u8>,
     /// Which claim of the job this is (1 for the first; more after a crash or a redelivery).
     pub attempt: u32,

@@ -5,7 +5,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
-use std::borrow::Cow;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -17,8 +16,8 @@ use super::listen::{Refusal, Timeout};
 use super::signature;
 use crate::failpoint::failpoint;
 use crate::store::{Enqueued, NewDelivery};
+use crate::trigger::Event;
 use crate::trigger::command::{self, Command};
-use crate::trigger::fields;
 
 /// Longest a refused body is read (and discarded) so its client can read the answer.
 const DRAIN_TIME: Duration = Duration::from_secs(10);
@@ -29,13 +28,9 @@ const BUSY_DRAIN_TIME: Duration = Duration::from_secs(1);
 /// Largest delivery accepted: GitHub caps payloads at 25 MB and drops larger ones.
 pub const MAX_BODY: usize = 25 * 1024 * 1024;
 
-/// Events that can start or control a run; every other event is answered 200 and dropped.
-pub const HANDLED_EVENTS: &[&str] = &[
-    "issues",
-    "issue_comment",
-    "pull_request_review_comment",
-    "workflow_run",
-];
+/// Events that can start or control a run (the trigger's list); every other event is answered
+/// 200 and dropped.
+pub const HANDLED_EVENTS: &[&str] = crate::trigger::HANDLED;
 
 /// The event label of deliveries refused before their signature is checked: the event header
 /// of an unsigned request is anyone's string, and one label per string would let anyone grow
@@ -221,23 +216,22 @@ pub(super) async fn receive(State(st): State<AppState>, request: Request) -> Res
             json!({"ignored": format!("{event} events are not handled")}),
         );
     }
-    // What the job keeps of the payload: the fields the agent reads (`trigger::fields`), in
-    // the one pass that checks the body is JSON.
-    let refuse = |why: &str, e: &dyn std::fmt::Display| {
-        tracing::warn!(%delivery_id, error = %e, why, "signed delivery refused");
-        st.metrics.delivery(event, "bad_request");
-        reply(StatusCode::BAD_REQUEST, json!({ "error": why }))
-    };
-    let payload = match fields::project(&bytes) {
-        Ok(cut) => cut,
-        Err(e) => return refuse("payload is not JSON", &e),
+    // The one parse of the delivery; the job keeps what the agent reads of it.
+    let (payload, meta) = match Event::parse(event, &bytes) {
+        Ok(parsed) => (parsed.stored(), describe(&parsed, &st.command_prefix)),
+        Err(e) => {
+            let why = if e.is_not_json() {
+                "payload is not JSON"
+            } else {
+                "payload does not have the shape of a GitHub event"
+            };
+            tracing::warn!(%delivery_id, error = %e, why, "signed delivery refused");
+            st.metrics.delivery(event, "bad_request");
+            return reply(StatusCode::BAD_REQUEST, json!({ "error": why }));
+        }
     };
     drop(bytes);
     drop(charge);
-    let meta = match serde_json::from_slice::<Payload<'_>>(&payload) {
-        Ok(p) => describe(event, &p, &st.command_prefix),
-        Err(e) => return refuse("payload does not have the shape of a GitHub event", &e),
-    };
     let new = NewDelivery {
         delivery_id: delivery_id.to_string(),
         event: event.to_string(),
@@ -290,112 +284,26 @@ struct Meta {
     trigger: String,
 }
 
-/// The parts of a delivery's payload the receiver reads, typed: read from the payload's cut
-/// (`trigger::fields::project`), so every field here must be in `trigger::fields::READ`.
-#[derive(Debug, Default, serde::Deserialize)]
-struct Payload<'a> {
-    #[serde(borrow, default)]
-    action: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    repository: Option<Repository<'a>>,
-    #[serde(default)]
-    issue: Option<Numbered>,
-    #[serde(default)]
-    pull_request: Option<Numbered>,
-    #[serde(borrow, default)]
-    workflow_run: Option<WorkflowRun<'a>>,
-    #[serde(borrow, default)]
-    comment: Option<Comment<'a>>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct Repository<'a> {
-    #[serde(borrow, default)]
-    full_name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    owner: Option<Owner<'a>>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct Owner<'a> {
-    #[serde(borrow, default)]
-    login: Option<Cow<'a, str>>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct Numbered {
-    #[serde(default)]
-    number: Option<u64>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct WorkflowRun<'a> {
-    #[serde(default)]
-    pull_requests: Option<Vec<Numbered>>,
-    #[serde(borrow, default)]
-    head_branch: Option<Cow<'a, str>>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct Comment<'a> {
-    #[serde(borrow, default)]
-    body: Option<Cow<'a, str>>,
-}
-
-fn repo_name(payload: &Payload<'_>) -> Option<String> {
-    let r = payload.repository.as_ref()?;
-    if let Some(full) = &r.full_name {
-        return Some(full.to_string());
-    }
-    let owner = r.owner.as_ref()?.login.as_deref()?;
-    let name = r.name.as_deref()?;
-    Some(format!("{owner}/{name}"))
-}
-
-/// The lane of a delivery: the issue or pull request it belongs to (`owner/name#N`), or for a
-/// CI run without a pull request its branch (`owner/name@branch`). `None` when the payload
-/// names neither (or is not an event's JSON).
+/// The lane of a stored delivery (see [`Event::lane`]); `None` when the payload names no
+/// issue, pull request or branch (or is not an event's JSON).
 pub fn lane_of(event: &str, payload: &[u8]) -> Option<String> {
-    lane(event, &serde_json::from_slice(payload).ok()?)
+    Event::parse(event, payload).ok()?.lane()
 }
 
-fn lane(event: &str, payload: &Payload<'_>) -> Option<String> {
-    let repo = repo_name(payload)?;
-    let number = match event {
-        "issues" | "issue_comment" => payload.issue.as_ref()?.number,
-        "pull_request_review_comment" => payload.pull_request.as_ref()?.number,
-        "workflow_run" => {
-            let run = payload.workflow_run.as_ref()?;
-            match run
-                .pull_requests
-                .as_ref()
-                .and_then(|prs| prs.first())
-                .and_then(|pr| pr.number)
-            {
-                Some(n) => Some(n),
-                None => {
-                    let branch = run.head_branch.as_deref()?;
-                    return Some(format!("{repo}@{branch}"));
-                }
-            }
-        }
-        _ => None,
-    }?;
-    Some(format!("{repo}#{number}"))
-}
-
-fn describe(event: &str, payload: &Payload<'_>, prefix: &str) -> Meta {
-    let action = payload.action.as_deref().unwrap_or("");
-    let repo = repo_name(payload);
-    let mut lane = lane(event, payload);
+fn describe(event: &Event<'_>, prefix: &str) -> Meta {
+    let action = event.action();
+    let repo = event.repo().map(|r| r.to_string());
+    let mut lane = event.lane();
     let mut trigger = if action.is_empty() {
-        event.to_string()
+        event.name.to_string()
     } else {
-        format!("{event}.{action}")
+        format!("{}.{action}", event.name)
     };
-    if let Some(body) = payload.comment.as_ref().and_then(|c| c.body.as_deref())
+    if let Some(body) = event
+        .payload
+        .comment
+        .as_ref()
+        .and_then(|c| c.body.as_deref())
         && let Ok(cmd) = command::parse(prefix, body)
     {
         let verb = match cmd {
@@ -422,20 +330,20 @@ fn describe(event: &str, payload: &Payload<'_>, prefix: &str) -> Meta {
 mod tests {
     use super::*;
 
-    /// The payload as the receiver reads it: cut to the fields the agent reads.
+    /// The payload as the receiver stores it: what the agent reads of it.
     fn bytes(v: Value) -> Vec<u8> {
-        fields::project(&serde_json::to_vec(&v).unwrap()).unwrap()
+        let sent = serde_json::to_vec(&v).unwrap();
+        Event::parse("issues", &sent).unwrap().stored()
     }
 
-    /// `describe` of the cut, checked to say the same as of the whole payload: every field
-    /// `Payload` reads must be in `fields::READ`.
+    /// `describe` of the stored payload, checked to say the same as of the whole payload.
     fn meta(event: &str, v: Value) -> Meta {
         let whole = serde_json::to_vec(&v).unwrap();
-        let whole = describe(event, &serde_json::from_slice(&whole).unwrap(), "/agent");
-        let cut = bytes(v);
-        let cut = describe(event, &serde_json::from_slice(&cut).unwrap(), "/agent");
-        assert_eq!(whole, cut);
-        cut
+        let whole = describe(&Event::parse(event, &whole).unwrap(), "/agent");
+        let stored = bytes(v);
+        let stored = describe(&Event::parse(event, &stored).unwrap(), "/agent");
+        assert_eq!(whole, stored);
+        stored
     }
 
     #[test]

@@ -11,9 +11,9 @@ pub enum Error {
         /// The forge's error.
         source: crate::forge::Error,
     },
-    /// The payload is not JSON.
-    #[error("event payload is not JSON: {0}")]
-    Payload(#[from] serde_json::Error),
+    /// The payload is not a GitHub event's JSON.
+    #[error("event {0}")]
+    Payload(#[from] super::event::Malformed),
 }
 
 /// `Result` with this module's [`Error`].

@@ -1,7 +1,8 @@
 //! Triggers: a GitHub event (webhook delivery or Action payload) becomes a [`Task`], a control
 //! command, or is ignored with a reason.
 //!
-//! This module owns the decision *whether* and *what*: which events start runs (an issue
+//! This module owns GitHub's event shape ([`Event`], parsed once; every reader of a payload
+//! reads it) and the decision *whether* and *what*: which events start runs (an issue
 //! labeled with the configured label, an `/agent` comment, a failed CI run on an agent PR),
 //! the comment grammar ([`command`]), who may trigger (the sender's permission asked of the
 //! forge — never `author_association` or any other payload field; bots only when allow-listed),
@@ -14,13 +15,12 @@
 pub mod ci_log;
 pub mod command;
 mod error;
-pub mod fields;
+pub mod event;
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
 pub use error::{Error, Result};
+pub use event::{Event, HANDLED, Malformed};
 
 use crate::config::TriggerConfig;
 use crate::forge::{CommentTarget, Forge, Permission, User};
@@ -107,22 +107,21 @@ fn ignored(reason: impl Into<String>) -> Result<Outcome> {
     })
 }
 
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
-    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
-}
-
-fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
-    path.iter().try_fold(v, |v, k| v.get(k))?.as_u64()
-}
-
-fn user_of(v: &Value) -> Option<User> {
-    let login = v.get("login")?.as_str()?.to_string();
-    let is_bot = v.get("type").and_then(Value::as_str) == Some("Bot") || login.ends_with("[bot]");
+/// The forge's user of the event's `sender`.
+fn sender_of(event: &Event<'_>) -> Option<User> {
+    let v = event.payload.sender.as_ref()?;
+    let login = v.login.as_deref()?.to_string();
+    let is_bot = v.kind.as_deref() == Some("Bot") || login.ends_with("[bot]");
     Some(User {
-        id: v.get("id").and_then(Value::as_u64).unwrap_or(0),
+        id: v.id.unwrap_or(0),
         login,
         is_bot,
     })
+}
+
+/// The repository's default branch, `main` when the payload does not say.
+fn default_branch(event: &Event<'_>) -> String {
+    event.default_branch().unwrap_or("main").to_string()
 }
 
 /// The `Co-authored-by` identity of a GitHub user: the noreply address GitHub maps to them.
@@ -228,33 +227,28 @@ impl<'a> Gate<'a> {
 
 /// Turn one event into an [`Outcome`].
 ///
-/// `event` is the event name (`X-GitHub-Event`, or `GITHUB_EVENT_NAME` in Actions) and
-/// `payload` its JSON. Asks `forge` for permissions, the conversation, PR branches and CI logs;
-/// writes nothing. Malformed payloads are ignored with a reason, never an error; forge
+/// Asks `forge` for permissions, the conversation, PR branches and CI logs; writes nothing.
+/// Events that lack what a decision needs are ignored with a reason, never an error; forge
 /// failures are errors (the event can be retried).
 pub async fn evaluate(
     forge: &dyn Forge,
     config: &TriggerConfig,
     options: &Options,
-    event: &str,
-    payload: &Value,
+    event: &Event<'_>,
 ) -> Result<Outcome> {
-    let Some(repo) = repo_of(payload) else {
-        return ignored(format!("{event} event without a repository"));
+    let Some(repo) = event.repo() else {
+        return ignored(format!("{} event without a repository", event.name));
     };
-    let action = str_at(payload, &["action"]).unwrap_or("");
-    match event {
-        "issues" => issue_labeled(forge, config, &repo, action, payload).await,
-        "issue_comment" => comment(forge, config, options, &repo, action, payload, false).await,
-        "pull_request_review_comment" => {
-            comment(forge, config, options, &repo, action, payload, true).await
-        }
-        "workflow_run" => ci_failure(forge, config, options, &repo, action, payload).await,
+    match event.name {
+        "issues" => issue_labeled(forge, config, &repo, event).await,
+        "issue_comment" => comment(forge, config, options, &repo, event, false).await,
+        "pull_request_review_comment" => comment(forge, config, options, &repo, event, true).await,
+        "workflow_run" => ci_failure(forge, config, options, &repo, event).await,
         other => ignored(format!("{other} events do not start runs")),
     }
 }
 
-/// Parse a payload's bytes, then [`evaluate`] it.
+/// [`Event::parse`] a payload's bytes, then [`evaluate`] it.
 pub async fn evaluate_bytes(
     forge: &dyn Forge,
     config: &TriggerConfig,
@@ -262,16 +256,8 @@ pub async fn evaluate_bytes(
     event: &str,
     payload: &[u8],
 ) -> Result<Outcome> {
-    let value: Value = serde_json::from_slice(payload)?;
-    evaluate(forge, config, options, event, &value).await
-}
-
-fn repo_of(payload: &Value) -> Option<RepoRef> {
-    let r = payload.get("repository")?;
-    Some(RepoRef {
-        owner: str_at(r, &["owner", "login"])?.to_string(),
-        name: r.get("name")?.as_str()?.to_string(),
-    })
+    let event = Event::parse(event, payload)?;
+    evaluate(forge, config, options, &event).await
 }
 
 fn full_name(repo: &RepoRef) -> String {
@@ -282,31 +268,36 @@ async fn issue_labeled(
     forge: &dyn Forge,
     config: &TriggerConfig,
     repo: &RepoRef,
-    action: &str,
-    payload: &Value,
+    event: &Event<'_>,
 ) -> Result<Outcome> {
+    let (action, payload) = (event.action(), &event.payload);
     if action != "labeled" {
         return ignored(format!(
             "issues.{action} does not start runs (only labeled)"
         ));
     }
-    let label = str_at(payload, &["label", "name"]).unwrap_or("");
+    let label = payload
+        .label
+        .as_ref()
+        .and_then(|l| l.name.as_deref())
+        .unwrap_or("");
     if !label.eq_ignore_ascii_case(&config.label) {
         return ignored(format!(
             "label `{label}` is not the trigger label `{}`",
             config.label
         ));
     }
-    let Some(number) = u64_at(payload, &["issue", "number"]) else {
+    let issue = payload.issue.as_ref();
+    let Some(number) = issue.and_then(|i| i.number) else {
         return ignored("issues.labeled without an issue number");
     };
-    if str_at(payload, &["issue", "state"]) == Some("closed") {
+    if issue.and_then(|i| i.state.as_deref()) == Some("closed") {
         return ignored(format!("issue #{number} is closed"));
     }
-    if payload.pointer("/issue/pull_request").is_some() {
+    if issue.is_some_and(|i| i.pull_request.is_some()) {
         return ignored(format!("#{number} is a pull request; label issues instead"));
     }
-    let Some(sender) = payload.get("sender").and_then(user_of) else {
+    let Some(sender) = sender_of(event) else {
         return ignored("issues.labeled without a sender");
     };
     let mut gate = Gate::new(forge, config, repo);
@@ -314,9 +305,7 @@ async fn issue_labeled(
         return ignored(why);
     }
     let goal = gate.conversation(number, None).await?;
-    let base = str_at(payload, &["repository", "default_branch"])
-        .unwrap_or("main")
-        .to_string();
+    let base = default_branch(event);
     Ok(Outcome::Run(Box::new(Triggered {
         task: Task {
             goal,
@@ -340,25 +329,22 @@ async fn comment(
     config: &TriggerConfig,
     options: &Options,
     repo: &RepoRef,
-    action: &str,
-    payload: &Value,
+    event: &Event<'_>,
     review: bool,
 ) -> Result<Outcome> {
-    let event = if review {
-        "pull_request_review_comment"
-    } else {
-        "issue_comment"
-    };
+    let (action, payload) = (event.action(), &event.payload);
+    let name = event.name;
     if action != "created" {
         // An edit must not turn old text into a command, nor dodge the checks made on creation.
         return ignored(format!(
-            "{event}.{action} is not a command (only new comments are)"
+            "{name}.{action} is not a command (only new comments are)"
         ));
     }
-    let Some(comment_id) = u64_at(payload, &["comment", "id"]) else {
-        return ignored(format!("{event} without a comment id"));
+    let comment = payload.comment.as_ref();
+    let Some(comment_id) = comment.and_then(|c| c.id) else {
+        return ignored(format!("{name} without a comment id"));
     };
-    let body = str_at(payload, &["comment", "body"]).unwrap_or("");
+    let body = comment.and_then(|c| c.body.as_deref()).unwrap_or("");
     let cmd = match command::parse(&config.command, body) {
         Ok(c) => c,
         Err(NotACommand::NoPrefix) => {
@@ -366,10 +352,12 @@ async fn comment(
         }
         Err(NotACommand::Malformed(why)) => return ignored(why),
     };
-    let Some(sender) = payload.get("sender").and_then(user_of) else {
-        return ignored(format!("{event} without a sender"));
+    let Some(sender) = sender_of(event) else {
+        return ignored(format!("{name} without a sender"));
     };
-    let author = str_at(payload, &["comment", "user", "login"]);
+    let author = comment
+        .and_then(|c| c.user.as_ref())
+        .and_then(|u| u.login.as_deref());
     if author != Some(sender.login.as_str()) {
         return ignored(format!(
             "comment author {} is not the sender {}",
@@ -378,14 +366,18 @@ async fn comment(
         ));
     }
     let (number, is_pr) = if review {
-        match u64_at(payload, &["pull_request", "number"]) {
+        match payload.pull_request.as_ref().and_then(|p| p.number) {
             Some(n) => (n, true),
             None => return ignored("review comment without a pull request"),
         }
     } else {
-        match u64_at(payload, &["issue", "number"]) {
-            Some(n) => (n, payload.pointer("/issue/pull_request").is_some()),
-            None => return ignored("issue comment without an issue"),
+        match payload.issue.as_ref() {
+            Some(
+                issue @ event::Issue {
+                    number: Some(n), ..
+                },
+            ) => (*n, issue.pull_request.is_some()),
+            _ => return ignored("issue comment without an issue"),
         }
     };
     let mut gate = Gate::new(forge, config, repo);
@@ -413,10 +405,9 @@ async fn comment(
     };
     let mut goal = gate.conversation(number, Some(comment_id)).await?;
     if review {
-        let path = str_at(payload, &["comment", "path"]).unwrap_or("?");
-        let line = u64_at(payload, &["comment", "line"])
-            .or_else(|| u64_at(payload, &["comment", "original_line"]));
-        let hunk = str_at(payload, &["comment", "diff_hunk"]).unwrap_or("");
+        let path = comment.and_then(|c| c.path.as_deref()).unwrap_or("?");
+        let line = comment.and_then(|c| c.line.or(c.original_line));
+        let hunk = comment.and_then(|c| c.diff_hunk.as_deref()).unwrap_or("");
         goal.push_str(&format!(
             "\nReview comment on `{path}`{}:\n```diff\n{hunk}\n```\n",
             line.map(|l| format!(" line {l}")).unwrap_or_default()
@@ -425,9 +416,7 @@ async fn comment(
     if !request.is_empty() {
         goal.push_str(&format!("\nRequest from @{}:\n{request}\n", sender.login));
     }
-    let default_branch = str_at(payload, &["repository", "default_branch"])
-        .unwrap_or("main")
-        .to_string();
+    let default_branch = default_branch(event);
     let (origin, base, branch) = if is_pr {
         let pr = forge
             .pull_request(repo, number)
@@ -486,18 +475,18 @@ async fn ci_failure(
     config: &TriggerConfig,
     options: &Options,
     repo: &RepoRef,
-    action: &str,
-    payload: &Value,
+    event: &Event<'_>,
 ) -> Result<Outcome> {
+    let action = event.action();
     if action != "completed" {
         return ignored(format!(
             "workflow_run.{action} does not start runs (only completed)"
         ));
     }
-    let Some(run) = payload.get("workflow_run") else {
+    let Some(run) = event.payload.workflow_run.as_ref() else {
         return ignored("workflow_run event without a workflow run");
     };
-    let conclusion = str_at(run, &["conclusion"]).unwrap_or("none");
+    let conclusion = run.conclusion.as_deref().unwrap_or("none");
     if conclusion != "failure" {
         return ignored(format!(
             "workflow run concluded `{conclusion}`, not failure"
@@ -506,11 +495,9 @@ async fn ci_failure(
     if !config.ci_failure {
         return ignored("trigger.ci_failure is off");
     }
-    let (Some(run_id), Some(branch), Some(head_sha)) = (
-        u64_at(run, &["id"]),
-        str_at(run, &["head_branch"]),
-        str_at(run, &["head_sha"]),
-    ) else {
+    let (Some(run_id), Some(branch), Some(head_sha)) =
+        (run.id, run.head_branch.as_deref(), run.head_sha.as_deref())
+    else {
         return ignored("workflow run without id, head branch or head commit");
     };
     let agent_branch = branch.starts_with(&options.branch_prefix);
@@ -520,12 +507,16 @@ async fn ci_failure(
             options.branch_prefix
         ));
     }
-    if str_at(run, &["head_repository", "full_name"]) != Some(full_name(repo).as_str()) {
+    let head_repo = run
+        .head_repository
+        .as_ref()
+        .and_then(|r| r.full_name.as_deref());
+    if head_repo != Some(full_name(repo).as_str()) {
         return ignored("the failed run is on a branch of another repository");
     }
     let forge_err = |what: String| move |source: crate::forge::Error| Error::Forge { what, source };
     let mut gate = Gate::new(forge, config, repo);
-    let sender = payload.get("sender").and_then(user_of);
+    let sender = sender_of(event);
     if !agent_branch {
         // A person's branch: whoever set this run off must be allowed to start the agent.
         let Some(sender) = &sender else {
@@ -535,11 +526,7 @@ async fn ci_failure(
             return ignored(why);
         }
     }
-    let listed = run
-        .get("pull_requests")
-        .and_then(Value::as_array)
-        .and_then(|prs| prs.iter().find_map(|p| u64_at(p, &["number"])));
-    let pr = match listed {
+    let pr = match run.pull_request_number() {
         Some(n) => forge
             .pull_request(repo, n)
             .await
@@ -580,7 +567,7 @@ async fn ci_failure(
         .failed_jobs(repo, run_id)
         .await
         .map_err(forge_err(format!("jobs of workflow run {run_id}")))?;
-    let name = str_at(run, &["name"]).unwrap_or("CI");
+    let name = run.name.as_deref().unwrap_or("CI");
     let mut goal = format!(
         "Make CI green. The workflow `{name}` failed on pull request #{} (branch `{branch}`, \
          commit {head_sha}). Fix the cause so these jobs pass; do not weaken, skip or delete \

@@ -24,7 +24,7 @@ type Behaviour = dyn Fn(&JobInput, u32) -> Result<JobOutcome, String> + Send + S
 
 /// A runner whose answer is a function of the job and how many times it was called; jobs whose
 /// label contains "block" wait for cancellation, "slow" take 300 ms. (The label, not the
-/// title: a job keeps only the payload's fields the agent reads, `trigger::fields`.)
+/// title: a job keeps only what the agent reads of the payload, `trigger::Event::stored`.)
 pub struct TestRunner {
     calls: AtomicUsize,
     running: Mutex<Vec<String>>,
@@ -463,8 +463,8 @@ async fn unknown_events_are_2xx_and_ignored() {
     assert_eq!(bot.store.delivery_count().await.unwrap(), 0);
 }
 
-/// `POST /webhook` takes a way of its own around the router; every other method and path is
-/// still the router's.
+/// Every method and path goes through the one router: `POST /webhook` is the webhook, other
+/// methods and paths are answered as the router answers them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_methods_and_paths_are_the_routers() {
     let bot = start(ok_runner(), 1).await;

@@ -7,8 +7,7 @@ use git_agent::config::TriggerConfig;
 use git_agent::forge::CommentTarget;
 use git_agent::forge::github::{Auth, GitHub, GitHubOptions};
 use git_agent::task::{Mode, Origin};
-use git_agent::trigger::fields::project;
-use git_agent::trigger::{Options, Outcome, evaluate, evaluate_bytes};
+use git_agent::trigger::{Event, Options, Outcome, evaluate, evaluate_bytes};
 use serde_json::{Value, json};
 
 use super::fake::{Fake, npm_dir};
@@ -81,9 +80,8 @@ async fn eval(gh: &GitHub, config: &TriggerConfig, event: &str, payload: &Value)
         .unwrap()
 }
 
-/// `evaluate` of `payload`, checked to decide the same on the payload's cut — what the webhook
-/// bot stores of it (`trigger::fields::project`): a field the trigger reads that the cut
-/// drops fails here.
+/// `evaluate` of `payload` as sent, checked to decide the same on what the webhook bot stores
+/// of it (`Event::stored`): a field the trigger reads that the stored form drops fails here.
 async fn whole_and_cut(
     gh: &GitHub,
     config: &TriggerConfig,
@@ -91,12 +89,13 @@ async fn whole_and_cut(
     event: &str,
     payload: &Value,
 ) -> git_agent::trigger::Result<Outcome> {
-    let whole = evaluate(gh, config, options, event, payload).await;
     let sent = serde_json::to_vec(payload).unwrap();
-    let cut = project(&sent).unwrap();
+    let parsed = Event::parse(event, &sent)?;
+    let whole = evaluate(gh, config, options, &parsed).await;
+    let cut = parsed.stored();
     assert!(cut.len() <= sent.len());
+    let from_cut = evaluate(gh, config, options, &Event::parse(event, &cut).unwrap()).await;
     let cut: Value = serde_json::from_slice(&cut).unwrap();
-    let from_cut = evaluate(gh, config, options, event, &cut).await;
     match (&whole, &from_cut) {
         (Ok(a), Ok(b)) => assert_eq!(a, b, "{event}: the cut decides otherwise\n{cut:#}"),
         (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{event}"),
@@ -189,6 +188,38 @@ async fn mangled_examples_never_panic() {
         .await
         .unwrap();
     assert!(reason(&empty).contains("without a repository"));
+}
+
+/// Every payload GitHub publishes, of every event, reads as an `Event` (no field the agent
+/// reads has another shape in any of them), and what the bot stores of it reads the same.
+#[test]
+fn every_published_example_of_every_event_parses() {
+    let mut seen = 0;
+    for (name, list) in examples() {
+        for payload in list {
+            let sent = serde_json::to_vec(&payload).unwrap();
+            let event = Event::parse(&name, &sent).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let stored = event.stored();
+            assert!(stored.len() < sent.len(), "{name}");
+            assert_eq!(Event::parse(&name, &stored).unwrap(), event, "{name}");
+            seen += 1;
+        }
+    }
+    assert!(seen > 300, "{seen} examples");
+}
+
+/// A repository name GitHub would not give — here one that would climb out of the bot's
+/// directory of mirrors — starts nothing.
+#[tokio::test]
+async fn a_repository_name_that_climbs_out_starts_nothing() {
+    let (fake, gh) = world().await;
+    let mut payload = example("issues", "labeled");
+    payload["label"]["name"] = json!("agent");
+    payload["repository"]["name"] = json!("../../../tmp/x");
+    let out = eval(&gh, &TriggerConfig::default(), "issues", &payload).await;
+    assert!(reason(&out).contains("without a repository"), "{out:?}");
+    assert!(fake.requests("GET", "/permission").is_empty());
+    fake.assert_clean();
 }
 
 #[tokio::test]
