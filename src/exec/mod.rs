@@ -28,6 +28,7 @@ mod capture;
 mod cgroup;
 mod env;
 mod error;
+mod explain;
 mod helper;
 mod local;
 pub mod proxy;
@@ -42,8 +43,10 @@ use futures_util::future::BoxFuture;
 use serde::Serialize;
 
 pub use capture::Captured;
+pub use cgroup::MemoryMechanism;
 pub use env::{DEFAULT_PASS_ENV, sandbox_env};
 pub use error::{Error, Result};
+pub use explain::{Explanation, ViewEntry, explain};
 pub use local::LocalExecutor;
 pub use proxy::{BlockedHost, EgressProxy};
 pub use sandbox::{Mechanism, SandboxReport, SandboxSupport, probe};
