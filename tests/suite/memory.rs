@@ -107,6 +107,12 @@ async fn hog_is_killed_and_reported(exec: &LocalExecutor) {
 async fn a_memory_hog_is_oom_killed_in_its_cgroup_and_reported() {
     let wt = worktree();
     let exec = executor(wt.path(), opts(SandboxMode::Landlock, true));
+    // Forked by the spawner that shares its cgroup, a command is the OOM killer's first choice.
+    let out = exec
+        .run(ExecRequest::shell("cat /proc/self/oom_score_adj"))
+        .await
+        .unwrap();
+    assert_eq!(text(&out).trim(), "1000", "{out:?}");
     hog_is_killed_and_reported(&exec).await;
     // Twice: a kill counted for the first command is not counted again for a later one.
     hog_is_killed_and_reported(&exec).await;

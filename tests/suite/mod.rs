@@ -14,6 +14,7 @@ mod sandbox_cmd;
 mod secret_scan;
 mod serve_crash;
 mod serve_e2e;
+mod serve_isolation;
 mod server;
 mod server_limits;
 mod store;
