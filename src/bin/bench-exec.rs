@@ -208,7 +208,11 @@ fn suites(rt: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::error::Error>
             "python-add",
             "python3 -m pytest -q -p no:cacheprovider",
         ),
-        ("cargo test, rust-add", "rust-add", "cargo test -q --offline"),
+        (
+            "cargo test, rust-add",
+            "rust-add",
+            "cargo test -q --offline",
+        ),
     ] {
         let dir = tempfile::tempdir()?;
         let wt = dir.path().join("wt");

@@ -808,7 +808,20 @@ impl LocalExecutor {
         if let Some(pid) = pid {
             kill_group(pid).await;
         }
+        let oom_now = |r: &Running| {
+            r.cgroup()
+                .and_then(|c| c.memory.as_ref())
+                .map_or(0, |m| m.oom_kills().saturating_sub(oom_before))
+        };
+        // The spawner shares the command's memory cgroup; where it cannot exempt itself and
+        // looks larger than the command (a big agent, a small limit), the OOM killer may take
+        // it, and the command dies with it: that is the command's out-of-memory kill too.
+        let mut lost_to_oom = false;
         let status = match waited {
+            Some(Err(_)) if oom_now(&running) > 0 => {
+                lost_to_oom = true;
+                None
+            }
             Some(s) => Some(s.map_err(|e| Error::Wait {
                 program: program.clone(),
                 source: e,
@@ -836,10 +849,7 @@ impl LocalExecutor {
             cg.kill_all().await;
             cg.drained().await;
         }
-        let oom_killed = running
-            .cgroup()
-            .and_then(|c| c.memory.as_ref())
-            .map_or(0, |m| m.oom_kills().saturating_sub(oom_before));
+        let oom_killed = oom_now(&running);
         // Every process of the command's user namespace descends from the child, which joined
         // the cgroup before unsharing, and none can leave it (cgroupfs is not writable under
         // Landlock, and read-only under bubblewrap's `--ro-bind / /`): an empty cgroup means an
@@ -877,7 +887,7 @@ impl LocalExecutor {
                 .ok();
         }
         let status = match status {
-            None if grew.is_some() => Termination::Signaled(libc::SIGKILL),
+            None if grew.is_some() || lost_to_oom => Termination::Signaled(libc::SIGKILL),
             None => Termination::TimedOut,
             Some(s) => match (s.code(), s.signal()) {
                 (Some(c), _) => Termination::Exited(c),
