@@ -13,7 +13,8 @@
 //! move just made by another one), and the order of the configurations rotates each round.
 //!
 //! Then whole test suites inside the view against outside it: `pytest` of `fixtures/python-add`
-//! and a warm `cargo test` of `fixtures/rust-add` (target: at most 1.1x).
+//! and `cargo test` of `fixtures/rust-add`, warm and from a clean target (target: at most
+//! 1.1x), with the same allow-listed environment on both sides.
 //!
 //! `cargo run --release --bin bench-exec [-- ITERATIONS [GAP_MS]]`
 #![allow(clippy::disallowed_methods)] // a benchmark prints its figures; nothing secret
@@ -213,6 +214,11 @@ fn suites(rt: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::error::Error>
             "rust-add",
             "cargo test -q --offline",
         ),
+        (
+            "cargo test cold, rust-add",
+            "rust-add",
+            "rm -rf target && cargo test -q --offline",
+        ),
     ] {
         let dir = tempfile::tempdir()?;
         let wt = dir.path().join("wt");
@@ -232,53 +238,73 @@ fn suites(rt: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::error::Error>
                 ..ExecOptions::default()
             },
         )?;
-        let inside = || -> Result<Duration, Box<dyn std::error::Error>> {
-            let t = Instant::now();
-            let out = rt.block_on(exec.run(ExecRequest::shell(line)))?;
-            let d = t.elapsed();
-            if !matches!(out.status, git_agent::exec::Termination::Exited(0 | 1)) {
-                return Err(format!(
-                    "{name} inside: {:?} {}",
-                    out.status,
-                    out.stderr.to_text_lossy()
-                )
-                .into());
-            }
-            Ok(d)
+        // Each side's summary lines (pytest's "1 failed, 1 passed", cargo's "test result"),
+        // which must agree: both sides run the same suite to the same end.
+        let summary = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.contains("passed") || l.contains("test result"))
+                .map(|l| {
+                    // Drop timings ("in 0.03s", "finished in 0.00s").
+                    l.split(" in ").next().unwrap_or(l).trim().to_string()
+                })
+                .collect()
         };
-        let outside = || -> Result<Duration, Box<dyn std::error::Error>> {
+        let inside = || -> Result<(Duration, Vec<String>), Box<dyn std::error::Error>> {
+            let t = Instant::now();
+            let out = rt.block_on(exec.run(ExecRequest::shell(format!("{line} 2>&1"))))?;
+            let d = t.elapsed();
+            // The fixtures' suites fail on purpose (pytest 1, cargo 101): timed all the same.
+            if !matches!(
+                out.status,
+                git_agent::exec::Termination::Exited(0 | 1 | 101)
+            ) {
+                return Err(format!("{name} inside: {:?}", out.status).into());
+            }
+            Ok((d, summary(&out.stdout.to_text_lossy())))
+        };
+        // Outside gets the environment inside gets (allow-listed, a private HOME and TMPDIR),
+        // so the two differ by the sandbox only, not by what `cargo run` exported here.
+        let (home, tmp) = (dir.path().join("home"), dir.path().join("tmp"));
+        std::fs::create_dir_all(&home)?;
+        std::fs::create_dir_all(&tmp)?;
+        let pass: Vec<String> = git_agent::exec::DEFAULT_PASS_ENV
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let env = git_agent::exec::sandbox_env(std::env::vars(), &pass, &home, &tmp, &[]);
+        let outside = || -> Result<(Duration, Vec<String>), Box<dyn std::error::Error>> {
             let t = Instant::now();
             let out = std::process::Command::new("/bin/sh")
-                .args(["-c", line])
+                .args(["-c", &format!("{line} 2>&1")])
                 .current_dir(&wt)
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .output()?;
             let d = t.elapsed();
-            if !matches!(out.status.code(), Some(0 | 1)) {
-                return Err(format!(
-                    "{name} outside: {} {}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr)
-                )
-                .into());
+            if !matches!(out.status.code(), Some(0 | 1 | 101)) {
+                return Err(format!("{name} outside: {}", out.status).into());
             }
-            Ok(d)
+            Ok((d, summary(&String::from_utf8_lossy(&out.stdout))))
         };
-        outside()?;
-        inside()?;
+        let (_, so) = outside()?;
+        let (_, si) = inside()?;
+        if so != si || so.is_empty() {
+            return Err(format!("{name}: inside {si:?} and outside {so:?} differ").into());
+        }
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for i in 0..SUITE_RUNS {
             if i % 2 == 0 {
-                a.push(inside()?);
-                b.push(outside()?);
+                a.push(inside()?.0);
+                b.push(outside()?.0);
             } else {
-                b.push(outside()?);
-                a.push(inside()?);
+                b.push(outside()?.0);
+                a.push(inside()?.0);
             }
         }
         let (mi, mo) = (median(&mut a), median(&mut b));
         writeln!(
             o,
-            "{:<22} inside {:>8.1} ms   outside {:>8.1} ms   ratio {:>5.3}x",
+            "{:<26} inside {:>8.1} ms   outside {:>8.1} ms   ratio {:>5.3}x",
             name,
             ms(mi),
             ms(mo),
