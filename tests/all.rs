@@ -3,6 +3,7 @@
 // The tests replay attacks with raw system calls (pipes, fds, environment).
 #![allow(
     unsafe_code,
+    clippy::undocumented_unsafe_blocks,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::print_stdout,

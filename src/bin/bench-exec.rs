@@ -12,6 +12,10 @@
 //! longer than the RCU grace periods a cgroup move waits for, so no sample profits from a
 //! move just made by another one), and the order of the configurations rotates each round.
 //!
+//! Then whole test suites inside the view against outside it: `pytest` of `fixtures/python-add`
+//! and `cargo test` of `fixtures/rust-add`, warm and from a clean target (target: at most
+//! 1.1x), with the same allow-listed environment on both sides.
+//!
 //! `cargo run --release --features bench --bin bench-exec [-- ITERATIONS [GAP_MS]]`
 #![allow(clippy::disallowed_methods)] // a benchmark prints its figures; nothing secret
 
@@ -182,6 +186,148 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?;
     }
     writeln!(o, "target: the view added <= 8 ms")?;
+    drop(o);
+    drop(variants);
+    suites(&rt)?;
+    Ok(())
+}
+
+/// A whole test suite inside the view against the same outside, alternating, medians of
+/// `SUITE_RUNS` (after one warm-up each way): `pytest` of the Python fixture and `cargo test`
+/// (warm: built once, then fingerprint check and test run) of the tiny Rust crate.
+fn suites(rt: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::error::Error>> {
+    const SUITE_RUNS: usize = 11;
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut o = std::io::stdout().lock();
+    writeln!(
+        o,
+        "\nwhole suites, medians of {SUITE_RUNS} after a warm-up, inside the view vs outside, alternating"
+    )?;
+    for (name, fixture, line) in [
+        (
+            "pytest, python-add",
+            "python-add",
+            "python3 -m pytest -q -p no:cacheprovider",
+        ),
+        (
+            "cargo test, rust-add",
+            "rust-add",
+            "cargo test -q --offline",
+        ),
+        (
+            "cargo test cold, rust-add",
+            "rust-add",
+            "rm -rf target && cargo test -q --offline",
+        ),
+    ] {
+        let dir = tempfile::tempdir()?;
+        let wt = dir.path().join("wt");
+        copy_dir(&fixtures.join(fixture), &wt)?;
+        let st = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&wt)
+            .status()?;
+        if !st.success() {
+            return Err("git init failed".into());
+        }
+        let exec = LocalExecutor::new(
+            &wt,
+            ExecOptions {
+                sandbox: SandboxMode::Landlock,
+                network: NetworkMode::Off,
+                ..ExecOptions::default()
+            },
+        )?;
+        // Each side's summary lines (pytest's "1 failed, 1 passed", cargo's "test result"),
+        // which must agree: both sides run the same suite to the same end.
+        let summary = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.contains("passed") || l.contains("test result"))
+                .map(|l| {
+                    // Drop timings ("in 0.03s", "finished in 0.00s").
+                    l.split(" in ").next().unwrap_or(l).trim().to_string()
+                })
+                .collect()
+        };
+        let inside = || -> Result<(Duration, Vec<String>), Box<dyn std::error::Error>> {
+            let t = Instant::now();
+            let out = rt.block_on(exec.run(ExecRequest::shell(format!("{line} 2>&1"))))?;
+            let d = t.elapsed();
+            // The fixtures' suites fail on purpose (pytest 1, cargo 101): timed all the same.
+            if !matches!(
+                out.status,
+                git_agent::exec::Termination::Exited(0 | 1 | 101)
+            ) {
+                return Err(format!("{name} inside: {:?}", out.status).into());
+            }
+            Ok((d, summary(&out.stdout.to_text_lossy())))
+        };
+        // Outside gets the environment inside gets (allow-listed, a private HOME and TMPDIR),
+        // so the two differ by the sandbox only, not by what `cargo run` exported here.
+        let (home, tmp) = (dir.path().join("home"), dir.path().join("tmp"));
+        std::fs::create_dir_all(&home)?;
+        std::fs::create_dir_all(&tmp)?;
+        let pass: Vec<String> = git_agent::exec::DEFAULT_PASS_ENV
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let env = git_agent::exec::sandbox_env(std::env::vars(), &pass, &home, &tmp, &[]);
+        let outside = || -> Result<(Duration, Vec<String>), Box<dyn std::error::Error>> {
+            let t = Instant::now();
+            let out = std::process::Command::new("/bin/sh")
+                .args(["-c", &format!("{line} 2>&1")])
+                .current_dir(&wt)
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .output()?;
+            let d = t.elapsed();
+            if !matches!(out.status.code(), Some(0 | 1 | 101)) {
+                return Err(format!("{name} outside: {}", out.status).into());
+            }
+            Ok((d, summary(&String::from_utf8_lossy(&out.stdout))))
+        };
+        let (_, so) = outside()?;
+        let (_, si) = inside()?;
+        if so != si || so.is_empty() {
+            return Err(format!("{name}: inside {si:?} and outside {so:?} differ").into());
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..SUITE_RUNS {
+            if i % 2 == 0 {
+                a.push(inside()?.0);
+                b.push(outside()?.0);
+            } else {
+                b.push(outside()?.0);
+                a.push(inside()?.0);
+            }
+        }
+        let (mi, mo) = (median(&mut a), median(&mut b));
+        writeln!(
+            o,
+            "{:<26} inside {:>8.1} ms   outside {:>8.1} ms   ratio {:>5.3}x",
+            name,
+            ms(mi),
+            ms(mo),
+            mi.as_secs_f64() / mo.as_secs_f64()
+        )?;
+    }
+    writeln!(o, "target: a whole suite <= 1.1x its time outside")?;
+    Ok(())
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            if e.file_name() != "target" {
+                copy_dir(&e.path(), &dest)?;
+            }
+        } else {
+            std::fs::copy(e.path(), dest)?;
+        }
+    }
     Ok(())
 }
 

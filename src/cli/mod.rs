@@ -109,12 +109,17 @@ pub enum Command {
     Action(action_cmd::ActionArgs),
     /// Run the webhook bot: receive GitHub App deliveries, queue them, run them.
     Serve(serve_cmd::Args),
+    /// Explain the sandbox a command gets here (`--explain`).
+    Sandbox(doctor_cmd::SandboxArgs),
+    /// Check what this machine gives a run: the sandbox first.
+    Doctor(doctor_cmd::DoctorArgs),
 }
 
 mod action_cmd;
 mod config_cmd;
 pub mod context;
 mod demo_cmd;
+mod doctor_cmd;
 mod fix_cmd;
 mod locate_cmd;
 mod map_cmd;
@@ -178,6 +183,8 @@ fn dispatch(command: Command, log: &str) -> anyhow::Result<u8> {
         Command::Locate(args) => locate_cmd::run(args),
         Command::Action(args) => action_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args, log),
+        Command::Sandbox(args) => doctor_cmd::sandbox(args),
+        Command::Doctor(args) => doctor_cmd::doctor(args),
     }
 }
 

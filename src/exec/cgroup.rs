@@ -1,4 +1,4 @@
-//! A pids cgroup per command: the process limit that binds for root.
+//! A pids cgroup per command: the process limit that binds for root; and its memory limit.
 //!
 //! `RLIMIT_NPROC` is not enforced for a process whose kernel uid is 0, even inside a user
 //! namespace that maps it, so when the agent runs as root a fork bomb would only stop at the
@@ -7,10 +7,17 @@
 //! its own joined by the child before anything else. The cgroup also names every process the
 //! command left behind (including ones that called `setsid`), so cleanup kills exactly those,
 //! sparing the spawner.
+//!
+//! Where a writable memory controller is found (cgroup v2 with `memory` enabled in the
+//! parent's `cgroup.subtree_control`, or the v1 `memory` hierarchy under the agent's own
+//! memory cgroup), the same command also gets a memory cgroup whose limit (`memory.max`,
+//! v1 `memory.limit_in_bytes`) binds its processes together; a command past it is killed by
+//! the kernel's OOM killer inside that cgroup, which `oom_kills` counts. Without one the
+//! executor falls back to `RLIMIT_DATA` per process (see [`MemoryMechanism`]).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -20,6 +27,54 @@ pub(crate) struct CgroupBase {
     dir: PathBuf,
     v2: bool,
     counter: std::sync::Arc<AtomicU64>,
+    /// Where memory cgroups are made, when a writable memory controller was found.
+    memory: Option<MemoryBase>,
+    /// Why there is no memory cgroup, when there is none.
+    memory_missing: Option<String>,
+}
+
+/// The directory memory cgroups are made in.
+#[derive(Debug, Clone)]
+struct MemoryBase {
+    dir: PathBuf,
+    v2: bool,
+    /// v2 with `memory` enabled in the pids directory itself: one cgroup holds both.
+    shared: bool,
+}
+
+/// How a command's memory is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryMechanism {
+    /// A memory cgroup per command (v2 `memory.max`): all its processes together.
+    CgroupV2,
+    /// A memory cgroup per command (v1 `memory.limit_in_bytes`): all its processes together.
+    CgroupV1,
+    /// `RLIMIT_DATA` per process: no writable memory cgroup.
+    RlimitData,
+    /// Nothing (the bubblewrap path and sandbox off have no memory cgroup either, but keep
+    /// `RLIMIT_DATA`; this is for a report made before any mechanism was chosen).
+    None,
+}
+
+impl std::fmt::Display for MemoryMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MemoryMechanism::CgroupV2 => "cgroup v2 memory.max",
+            MemoryMechanism::CgroupV1 => "cgroup v1 memory.limit_in_bytes",
+            MemoryMechanism::RlimitData => "RLIMIT_DATA per process",
+            MemoryMechanism::None => "none",
+        })
+    }
+}
+
+/// A command's memory cgroup (possibly the same directory as its pids cgroup).
+#[derive(Debug)]
+pub(crate) struct MemoryCgroup {
+    dir: PathBuf,
+    v2: bool,
+    /// `cgroup.procs` to join, when it is a directory of its own (v1).
+    pub(crate) procs: Option<CString>,
 }
 
 /// One command's cgroup; removed on drop once empty.
@@ -32,12 +87,37 @@ pub(crate) struct Cgroup {
     /// A process that belongs in the cgroup and is not the command's: the executor's
     /// spawner, which forks commands from inside it. Never counted or killed here.
     spare: Option<i32>,
+    /// Its memory cgroup, when there is a memory controller.
+    pub(crate) memory: Option<MemoryCgroup>,
 }
 
 impl CgroupBase {
     /// A writable hierarchy with the pids controller, if this process can use one (as root:
     /// the cgroup v2 root, or the v1 `pids` hierarchy).
     pub(crate) fn find() -> Option<Self> {
+        let mut base = Self::find_pids()?;
+        match find_memory(&base) {
+            Ok(m) => base.memory = Some(m),
+            Err(why) => base.memory_missing = Some(why),
+        }
+        Some(base)
+    }
+
+    /// How commands' memory is bounded with this base.
+    pub(crate) fn memory_mechanism(&self) -> MemoryMechanism {
+        match &self.memory {
+            Some(m) if m.v2 => MemoryMechanism::CgroupV2,
+            Some(_) => MemoryMechanism::CgroupV1,
+            None => MemoryMechanism::RlimitData,
+        }
+    }
+
+    /// Why there is no memory cgroup (when there is none).
+    pub(crate) fn memory_missing(&self) -> Option<&str> {
+        self.memory_missing.as_deref()
+    }
+
+    fn find_pids() -> Option<Self> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         let mut v1 = None;
         let mut v2 = None;
@@ -71,57 +151,221 @@ impl CgroupBase {
     }
 
     fn make(dir: PathBuf, v2: bool) -> Option<Self> {
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // Leftovers of agents that are gone: remove the empty ones (a busy one
-                // refuses and stays). A cgroup of a live agent is never touched, even when
-                // empty: its command may be between the cgroup's creation and joining it.
-                for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                    if is_orphan(&e.file_name().to_string_lossy()) {
-                        let _ = std::fs::remove_dir(e.path());
-                    }
-                }
-            }
-            Err(_) => return None,
-        }
-        if v2 {
-            // Children of our directory need the controller enabled here too.
-            let sub = dir.join("cgroup.subtree_control");
-            let ok = std::fs::read_to_string(&sub)
-                .is_ok_and(|s| s.split_whitespace().any(|c| c == "pids"))
-                || std::fs::write(&sub, "+pids").is_ok();
-            if !ok {
-                return None;
-            }
-        }
+        prepare_dir(&dir, v2, "pids")?;
         Some(Self {
             dir,
             v2,
             counter: std::sync::Arc::default(),
+            memory: None,
+            memory_missing: None,
         })
     }
 
-    /// A fresh cgroup limited to `max_pids` processes and threads.
-    pub(crate) fn create(&self, max_pids: u64) -> std::io::Result<Cgroup> {
+    /// A fresh cgroup limited to `max_pids` processes and threads and, where there is a
+    /// memory controller, to `memory_bytes` of memory for all of them together.
+    pub(crate) fn create(&self, max_pids: u64, memory_bytes: u64) -> std::io::Result<Cgroup> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         // Several executors may share a process: the random part keeps their names apart.
-        let dir = self.dir.join(format!(
-            "cmd-{}-{n}-{:016x}",
-            std::process::id(),
-            fastrand::u64(..)
-        ));
+        let name = format!("cmd-{}-{n}-{:016x}", std::process::id(), fastrand::u64(..));
+        let dir = self.dir.join(&name);
         std::fs::create_dir(&dir)?;
-        let cg = Cgroup {
+        let mut cg = Cgroup {
             procs: CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
                 .map_err(std::io::Error::other)?,
             dir,
             v2: self.v2,
             spare: None,
+            memory: None,
         };
         std::fs::write(cg.dir.join("pids.max"), max_pids.to_string())?;
+        if let Some(m) = &self.memory {
+            let (dir, procs) = if m.shared {
+                (cg.dir.clone(), None)
+            } else {
+                let dir = m.dir.join(&name);
+                std::fs::create_dir(&dir)?;
+                let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+                    .map_err(std::io::Error::other)?;
+                (dir, Some(procs))
+            };
+            // Set before anything joins; dropped with `cg` on error.
+            cg.memory = Some(MemoryCgroup {
+                dir,
+                v2: m.v2,
+                procs,
+            });
+            if let Some(mc) = &cg.memory {
+                mc.limit(memory_bytes)?;
+            }
+        }
         Ok(cg)
     }
+}
+
+impl MemoryCgroup {
+    /// Bound the cgroup's memory (and swap: none beyond it).
+    fn limit(&self, bytes: u64) -> std::io::Result<()> {
+        if self.v2 {
+            std::fs::write(self.dir.join("memory.max"), bytes.to_string())?;
+            // Absent without swap accounting; nothing to bound then.
+            let _ = std::fs::write(self.dir.join("memory.swap.max"), "0");
+        } else {
+            std::fs::write(self.dir.join("memory.limit_in_bytes"), bytes.to_string())?;
+            // Memory plus swap no more than memory alone (absent without swap accounting).
+            let _ = std::fs::write(
+                self.dir.join("memory.memsw.limit_in_bytes"),
+                bytes.to_string(),
+            );
+        }
+        Ok(())
+    }
+
+    /// How many processes the kernel's OOM killer has killed in this cgroup so far.
+    pub(crate) fn oom_kills(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("oom_kill ")
+                        .and_then(|v| v.trim().parse().ok())
+                })
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// Make `dir` (or sweep the leftovers in it) and enable `controller` for its children on v2.
+fn prepare_dir(dir: &Path, v2: bool, controller: &str) -> Option<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Leftovers of agents that are gone: remove the empty ones (a busy one
+            // refuses and stays). A cgroup of a live agent is never touched, even when
+            // empty: its command may be between the cgroup's creation and joining it.
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if is_orphan(&e.file_name().to_string_lossy()) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        Err(_) => return None,
+    }
+    if v2 && !enable(dir, controller) {
+        return None;
+    }
+    Some(())
+}
+
+/// Whether `controller` is (or could be made) enabled for the children of the v2 cgroup `dir`.
+fn enable(dir: &Path, controller: &str) -> bool {
+    let sub = dir.join("cgroup.subtree_control");
+    std::fs::read_to_string(&sub).is_ok_and(|s| s.split_whitespace().any(|c| c == controller))
+        || std::fs::write(&sub, format!("+{controller}")).is_ok()
+}
+
+/// Where commands' memory cgroups can be made, next to the pids `base`: on v2, the same
+/// directory with `memory` enabled (from the root down); else the v1 `memory` hierarchy,
+/// under the agent's own memory cgroup (so whatever bounds the agent bounds its commands too).
+/// `Err` says why there is none.
+fn find_memory(base: &CgroupBase) -> Result<MemoryBase, String> {
+    let mut why = Vec::new();
+    if base.v2 {
+        let root = base.dir.parent().unwrap_or(&base.dir);
+        let has = std::fs::read_to_string(root.join("cgroup.controllers"))
+            .is_ok_and(|s| s.split_whitespace().any(|c| c == "memory"));
+        if !has {
+            why.push("cgroup v2 has no memory controller".to_string());
+        } else if enable(root, "memory") && enable(&base.dir, "memory") {
+            return Ok(MemoryBase {
+                dir: base.dir.clone(),
+                v2: true,
+                shared: true,
+            });
+        } else {
+            why.push("cannot enable +memory in cgroup.subtree_control".to_string());
+        }
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+    let mut v1 = None;
+    let mut v2_root = None;
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut l = left.split(' ');
+        let mount_root = l.nth(3).unwrap_or("/");
+        let mountpoint = l.next().unwrap_or_default();
+        let mut r = right.split(' ');
+        let fstype = r.next().unwrap_or_default();
+        let opts = r.nth(1).unwrap_or_default();
+        if fstype == "cgroup" && opts.split(',').any(|o| o == "memory") && v1.is_none() {
+            v1 = Some((PathBuf::from(mountpoint), mount_root.to_string()));
+        } else if fstype == "cgroup2" && v2_root.is_none() {
+            v2_root = Some(PathBuf::from(mountpoint));
+        }
+    }
+    if !base.v2
+        && let Some(root) = v2_root
+    {
+        // pids on v1 but memory on v2 (a hybrid set-up): a directory of its own there.
+        let has = std::fs::read_to_string(root.join("cgroup.controllers"))
+            .is_ok_and(|s| s.split_whitespace().any(|c| c == "memory"));
+        if has && enable(&root, "memory") {
+            let dir = root.join("git-agent-memory");
+            if prepare_dir(&dir, true, "memory").is_some() {
+                return Ok(MemoryBase {
+                    dir,
+                    v2: true,
+                    shared: false,
+                });
+            }
+        }
+    }
+    let Some((mountpoint, mount_root)) = v1 else {
+        why.push("no cgroup v1 memory hierarchy is mounted".into());
+        return Err(why.join("; "));
+    };
+    // Our own memory cgroup, as /proc/self/cgroup names it relative to the hierarchy's root.
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let _id = f.next();
+                let controllers = f.next()?;
+                let path = f.next()?;
+                controllers
+                    .split(',')
+                    .any(|c| c == "memory")
+                    .then(|| path.to_string())
+            })
+        })
+        .unwrap_or_else(|| "/".into());
+    let rel = Path::new(&own)
+        .strip_prefix(&mount_root)
+        .unwrap_or(Path::new(""))
+        .to_path_buf();
+    let parent = Some(mountpoint.join(&rel))
+        .filter(|p| p.is_dir())
+        .unwrap_or(mountpoint);
+    let dir = parent.join("git-agent");
+    if prepare_dir(&dir, false, "memory").is_none() {
+        why.push(format!(
+            "cannot make {} in the cgroup v1 memory hierarchy",
+            dir.display()
+        ));
+        return Err(why.join("; "));
+    }
+    Ok(MemoryBase {
+        dir,
+        v2: false,
+        shared: false,
+    })
 }
 
 impl Cgroup {
@@ -198,7 +442,16 @@ impl Cgroup {
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        if std::fs::remove_dir(&self.dir).is_ok() {
+        // The pids directory first: once it is empty, so is a separate memory one.
+        let mut dirs = vec![self.dir.clone()];
+        if let Some(m) = self.memory.as_ref().filter(|m| m.procs.is_some()) {
+            dirs.push(m.dir.clone());
+        }
+        let remove = move || {
+            dirs.iter()
+                .all(|d| std::fs::remove_dir(d).is_ok() || !d.exists())
+        };
+        if remove() {
             return;
         }
         // Killed processes not yet reaped by their (re)parent keep it busy for a while.
@@ -208,7 +461,7 @@ impl Drop for Cgroup {
             .spawn(move || {
                 for _ in 0..300 {
                     std::thread::sleep(Duration::from_millis(100));
-                    if std::fs::remove_dir(&dir).is_ok() {
+                    if remove() {
                         return;
                     }
                 }
@@ -264,7 +517,7 @@ mod tests {
     fn a_new_base_leaves_a_live_agents_fresh_cgroup_alone() {
         let base = CgroupBase::find()
             .expect("a writable pids cgroup hierarchy (the exec suite needs one too; run as root)");
-        let fresh = base.create(16).unwrap();
+        let fresh = base.create(16, 64 << 20).unwrap();
         assert!(fresh.dir.is_dir());
         let dead = base.dir.join("cmd-4194305-0-00000000000000ff");
         std::fs::create_dir(&dead).unwrap();

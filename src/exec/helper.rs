@@ -295,7 +295,7 @@ fn write_file(path: &str, data: &str) -> Step {
 /// Namespaces, then init; returns the exit code the helper ends with (or re-raises the
 /// command's signal and does not return).
 fn outer(spec: &Spec, argv: &[CString]) -> Step<i32> {
-    // SAFETY (whole body): system calls on memory we own; this process is single-threaded.
+    // SAFETY: (whole body) system calls on memory we own; this process is single-threaded.
     unsafe {
         let (uid, gid) = (libc::geteuid(), libc::getegid());
         check(libc::unshare(libc::CLONE_NEWUSER), || {
@@ -395,7 +395,7 @@ fn init(spec: &Spec, argv: &[CString], status_fd: RawFd) -> Step {
         what: e.to_string(),
     })?;
     let cwd = cpath(&spec.cwd);
-    // SAFETY (rest): system calls; the child execs or exits.
+    // SAFETY: (rest) system calls; the child execs or exits.
     unsafe {
         let pid = libc::fork();
         if pid < 0 {
@@ -436,7 +436,7 @@ fn confine_and_exec(
     ruleset: RawFd,
     seccomp: &[seccompiler::sock_filter],
 ) -> Step<Never> {
-    // SAFETY (whole body): system calls on memory we own.
+    // SAFETY: (whole body) system calls on memory we own.
     unsafe {
         check(libc::chdir(cwd.as_ptr()), || {
             format!("enter {}", spec.cwd.display())
@@ -538,6 +538,7 @@ fn set_attr(path: &Path, attrs: u64, recursive: bool) -> Step {
         return Err(last_err(|| format!("make {} read-only", path.display())));
     }
     // Before Linux 5.12: remount the top mount, keeping the flags a user namespace locks.
+    // SAFETY: statvfs is plain data; all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs writes into a struct we own.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
@@ -748,8 +749,8 @@ fn build_view(spec: &Spec) -> Step {
     }
     // Detach the host's root: from here on no path leads out of the view.
     let o = cpath(old);
-    // SAFETY: umount2 of a mount point we made.
     check(
+        // SAFETY: umount2 of a mount point we made.
         unsafe { libc::umount2(o.as_ptr(), libc::MNT_DETACH) },
         || "detach the host's root".into(),
     )?;

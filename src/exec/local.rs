@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
 use super::capture::Capture;
-use super::cgroup::{self, CgroupBase};
+use super::cgroup::{self, CgroupBase, MemoryMechanism};
 use super::error::{Error, Result};
 use super::helper::{self, Spec};
 use super::proxy::{BlockedHost, EgressProxy};
@@ -148,6 +148,7 @@ impl LocalExecutor {
                 view: Vec::new(),
                 toolchains: Vec::new(),
                 limits: limits_copy,
+                memory: MemoryMechanism::None,
                 fallbacks: Vec::new(),
             },
             proxy: None,
@@ -162,25 +163,12 @@ impl LocalExecutor {
                 );
             }
         }
+        this.report.memory = this.memory_mechanism();
         this.report.requested = this.opts.sandbox;
         this.report.network_requested = this.opts.network;
         let mode = this.opts.sandbox;
         let network = this.opts.network;
-        let env = |k: &str| std::env::var_os(k);
-        let l = &this.opts.limits;
-        let the_view = view::build(&view::ViewInputs {
-            worktree: &this.worktree,
-            writable: &this.opts.writable,
-            bind: &this.opts.bind,
-            hide: &this.opts.hide,
-            network,
-            sizes: view::Sizes {
-                tmp: l.tmp_bytes,
-                home: l.home_bytes,
-                shm: l.tmp_bytes,
-            },
-            env: &env,
-        });
+        let the_view = build_view(&this.worktree, &this.opts);
         let landlock = || -> Result<Backend> {
             if abi < 1 {
                 return Err(Error::SandboxUnavailable {
@@ -293,14 +281,41 @@ impl LocalExecutor {
                 "root without a writable pids cgroup: the process limit is not enforced".into(),
             );
         }
-        this.report
-            .fallbacks
-            .push("memory: RLIMIT_DATA per process (no memory cgroup)".into());
+        if this.report.memory == MemoryMechanism::RlimitData {
+            let why = match &this.cgroups {
+                Some(c) => c.memory_missing().unwrap_or("none found").to_string(),
+                None if cgroup::is_root() => "no writable cgroup hierarchy".to_string(),
+                None => "not root: no cgroup is made".to_string(),
+            };
+            this.report.fallbacks.push(format!(
+                "memory: RLIMIT_DATA per process, not a memory cgroup ({why})"
+            ));
+        }
         if network == NetworkMode::Allowlist {
             this.proxy = Some(EgressProxy::new(&this.opts.network_allow));
         }
         this.warm_spawner();
+        if this.cgroups.is_some()
+            && this.opts.spawner
+            && this.spawners.lock().is_ok_and(|v| v.is_empty())
+        {
+            this.report.fallbacks.push(
+                "no command spawner could be started: each command joins its cgroups itself (a slower start)".into(),
+            );
+        }
         Ok(this)
+    }
+
+    /// How each command's memory is bounded here.
+    fn memory_mechanism(&self) -> MemoryMechanism {
+        self.cgroups
+            .as_ref()
+            .map_or(MemoryMechanism::RlimitData, CgroupBase::memory_mechanism)
+    }
+
+    /// Whether `RLIMIT_DATA` bounds memory (no memory cgroup does).
+    fn data_rlimit(&self) -> bool {
+        self.memory_mechanism() == MemoryMechanism::RlimitData
     }
 
     /// Start one spawner now, so the first command does not pay for its cgroup move.
@@ -318,14 +333,21 @@ impl LocalExecutor {
         let base = self.cgroups.as_ref().filter(|_| self.opts.spawner)?;
         let template = match &self.backend {
             Backend::Landlock { .. } => ChildSetup::helper(self.opts.network),
-            Backend::Bwrap { .. } | Backend::None => ChildSetup::limits_only(&self.opts.limits),
+            Backend::Bwrap { .. } | Backend::None => {
+                ChildSetup::limits_only(&self.opts.limits, self.data_rlimit())
+            }
         };
         let started = template.and_then(|(t, _)| {
-            Spawner::start(base, self.opts.limits.max_processes, &t, &self.worktree).map_err(|e| {
-                Error::SandboxSetup {
-                    what: "the command spawner".into(),
-                    source: e,
-                }
+            Spawner::start(
+                base,
+                self.opts.limits.max_processes,
+                self.opts.limits.memory_bytes,
+                &t,
+                &self.worktree,
+            )
+            .map_err(|e| Error::SandboxSetup {
+                what: "the command spawner".into(),
+                source: e,
             })
         });
         match started {
@@ -370,10 +392,11 @@ impl LocalExecutor {
             "own process group, wall-clock timeout killing the group".to_string(),
             "inherited descriptors closed at exec (close_range)".to_string(),
             format!(
-                "rlimits: cpu {} s, file size {} bytes, data {} MiB, {} processes ({}), no core dumps",
+                "limits: cpu {} s, file size {} bytes, memory {} MiB ({}), {} processes ({}), no core dumps",
                 self.opts.limits.cpu_seconds,
                 self.opts.limits.file_size_bytes,
                 self.opts.limits.memory_bytes >> 20,
+                self.memory_mechanism(),
                 self.opts.limits.max_processes,
                 if self.cgroups.is_some() {
                     "pids cgroup"
@@ -497,18 +520,7 @@ impl LocalExecutor {
                 self.private.path().join("tmp"),
             ),
         };
-        let view_mounts = |view: &View| {
-            let mut mounts = view.mounts.clone();
-            for g in sandbox::git_dirs(&self.worktree) {
-                mounts.push(helper::Mount::Bind {
-                    src: g.clone(),
-                    dest: g,
-                    rw: false,
-                });
-            }
-            view::sort(&mut mounts);
-            mounts
-        };
+        let view_mounts = |view: &View| command_mounts(view, &self.worktree);
         let mut env_extra = extra_env;
         if self.opts.network == NetworkMode::Allowlist {
             let url = format!("http://127.0.0.1:{}", sandbox::PROXY_PORT);
@@ -550,7 +562,7 @@ impl LocalExecutor {
                     network: self.opts.network,
                     cwd: self.worktree.clone(),
                     writable,
-                    rlimits: sandbox::rlimits(&self.opts.limits),
+                    rlimits: sandbox::rlimits(&self.opts.limits, self.data_rlimit()),
                     step_fd: -1,
                     proxy_fd: None,
                 };
@@ -571,13 +583,13 @@ impl LocalExecutor {
                 (
                     path.clone().into_os_string(),
                     a,
-                    ChildSetup::limits_only(&self.opts.limits)?,
+                    ChildSetup::limits_only(&self.opts.limits, self.data_rlimit())?,
                 )
             }
             Backend::None => (
                 OsString::from(program),
                 plain_args(),
-                ChildSetup::limits_only(&self.opts.limits)?,
+                ChildSetup::limits_only(&self.opts.limits, self.data_rlimit())?,
             ),
         };
         Ok(Prepared {
@@ -613,13 +625,19 @@ impl LocalExecutor {
             cmd.args(args);
         }
         if let Some(base) = &self.cgroups {
-            let cg =
-                base.create(self.opts.limits.max_processes)
-                    .map_err(|e| Error::SandboxSetup {
-                        what: "the command's pids cgroup".into(),
-                        source: e,
-                    })?;
-            setup.join_cgroup(cg.procs.clone());
+            let cg = base
+                .create(
+                    self.opts.limits.max_processes,
+                    self.opts.limits.memory_bytes,
+                )
+                .map_err(|e| Error::SandboxSetup {
+                    what: "the command's cgroups".into(),
+                    source: e,
+                })?;
+            setup.join_cgroup(
+                cg.procs.clone(),
+                cg.memory.as_ref().and_then(|m| m.procs.clone()),
+            );
             parent.cgroup = Some(cg);
         }
         cmd.env_clear()
@@ -746,6 +764,11 @@ impl LocalExecutor {
         let prepared = self.prepare(&program, &args, req.env)?;
         let start = Instant::now();
         let mut running = self.launch(prepared, &program)?;
+        // The spawner's cgroup outlives its commands: count this command's OOM kills only.
+        let oom_before = running
+            .cgroup()
+            .and_then(|c| c.memory.as_ref())
+            .map_or(0, |m| m.oom_kills());
         let pid = running.pid;
         let userns = pid.and_then(|p| std::fs::read_link(format!("/proc/{p}/ns/user")).ok());
         let own_userns = std::fs::read_link("/proc/self/ns/user").ok();
@@ -785,7 +808,20 @@ impl LocalExecutor {
         if let Some(pid) = pid {
             kill_group(pid).await;
         }
+        let oom_now = |r: &Running| {
+            r.cgroup()
+                .and_then(|c| c.memory.as_ref())
+                .map_or(0, |m| m.oom_kills().saturating_sub(oom_before))
+        };
+        // The spawner shares the command's memory cgroup; where it cannot exempt itself and
+        // looks larger than the command (a big agent, a small limit), the OOM killer may take
+        // it, and the command dies with it: that is the command's out-of-memory kill too.
+        let mut lost_to_oom = false;
         let status = match waited {
+            Some(Err(_)) if oom_now(&running) > 0 => {
+                lost_to_oom = true;
+                None
+            }
             Some(s) => Some(s.map_err(|e| Error::Wait {
                 program: program.clone(),
                 source: e,
@@ -813,6 +849,7 @@ impl LocalExecutor {
             cg.kill_all().await;
             cg.drained().await;
         }
+        let oom_killed = oom_now(&running);
         // Every process of the command's user namespace descends from the child, which joined
         // the cgroup before unsharing, and none can leave it (cgroupfs is not writable under
         // Landlock, and read-only under bubblewrap's `--ro-bind / /`): an empty cgroup means an
@@ -850,7 +887,7 @@ impl LocalExecutor {
                 .ok();
         }
         let status = match status {
-            None if grew.is_some() => Termination::Signaled(libc::SIGKILL),
+            None if grew.is_some() || lost_to_oom => Termination::Signaled(libc::SIGKILL),
             None => Termination::TimedOut,
             Some(s) => match (s.code(), s.signal()) {
                 (Some(c), _) => Termination::Exited(c),
@@ -859,13 +896,25 @@ impl LocalExecutor {
             },
         };
         let blocked_hosts = blocked.lock().map(|b| b.clone()).unwrap_or_default();
-        let stopped = grew.map(|g| {
-            format!(
-                "stopped: the worktree grew by {} MiB, past the bound of {} MiB per command",
-                g >> 20,
-                bound >> 20
-            )
-        });
+        let stopped = grew
+            .map(|g| {
+                format!(
+                    "stopped: the worktree grew by {} MiB, past the bound of {} MiB per command",
+                    g >> 20,
+                    bound >> 20
+                )
+            })
+            .or_else(|| {
+                (oom_killed > 0).then(|| {
+                    format!(
+                        "killed: out of memory, past the limit of {} MiB per command ({}; {} process{} killed)",
+                        self.opts.limits.memory_bytes >> 20,
+                        self.memory_mechanism(),
+                        oom_killed,
+                        if oom_killed == 1 { "" } else { "es" }
+                    )
+                })
+            });
         tracing::debug!(?status, program, elapsed = ?start.elapsed(), "command finished");
         Ok(ExecOutput {
             status,
@@ -921,6 +970,40 @@ impl LocalExecutor {
     }
 }
 
+/// The view every command of an executor for `worktree` (canonical) with `opts` gets, before
+/// its `.git` binds: from the agent's environment and the configuration.
+pub(super) fn build_view(worktree: &Path, opts: &ExecOptions) -> View {
+    let env = |k: &str| std::env::var_os(k);
+    let l = &opts.limits;
+    view::build(&view::ViewInputs {
+        worktree,
+        writable: &opts.writable,
+        bind: &opts.bind,
+        hide: &opts.hide,
+        network: opts.network,
+        sizes: view::Sizes {
+            tmp: l.tmp_bytes,
+            home: l.home_bytes,
+            shm: l.tmp_bytes,
+        },
+        env: &env,
+    })
+}
+
+/// One command's mounts: the view, and the worktree's `.git` directories read-only.
+pub(super) fn command_mounts(view: &View, worktree: &Path) -> Vec<helper::Mount> {
+    let mut mounts = view.mounts.clone();
+    for g in sandbox::git_dirs(worktree) {
+        mounts.push(helper::Mount::Bind {
+            src: g.clone(),
+            dest: g,
+            rw: false,
+        });
+    }
+    view::sort(&mut mounts);
+    mounts
+}
+
 /// A task aborted when this is dropped (so aborting the task that awaits it stops it too).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -943,8 +1026,9 @@ impl Drop for AbortOnDrop {
 async fn watch_growth(worktree: &Path, bound: u64) -> u64 {
     let used = |p: &Path| -> Option<u64> {
         let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-        // SAFETY: statvfs writes into a zeroed struct we own.
+        // SAFETY: statvfs is plain data; all zeroes is a valid value.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: statvfs writes into a struct we own.
         if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
             return None;
         }

@@ -31,6 +31,7 @@ mod capture;
 mod cgroup;
 mod env;
 mod error;
+mod explain;
 #[allow(unsafe_code)]
 mod helper;
 #[allow(unsafe_code)]
@@ -49,8 +50,10 @@ use futures_util::future::BoxFuture;
 use serde::Serialize;
 
 pub use capture::Captured;
+pub use cgroup::MemoryMechanism;
 pub use env::{DEFAULT_PASS_ENV, sandbox_env};
 pub use error::{Error, Result};
+pub use explain::{Explanation, ViewEntry, explain};
 pub use local::LocalExecutor;
 pub use proxy::{BlockedHost, EgressProxy};
 pub use sandbox::{Mechanism, SandboxReport, SandboxSupport, probe};

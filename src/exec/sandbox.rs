@@ -84,6 +84,8 @@ pub struct SandboxReport {
     pub toolchains: Vec<PathBuf>,
     /// Resource limits of each command.
     pub limits: Limits,
+    /// What bounds a command's memory: a memory cgroup, or `RLIMIT_DATA` per process.
+    pub memory: super::cgroup::MemoryMechanism,
     /// Fallbacks taken and protections missing, each with its cause; empty when everything
     /// asked for is in force.
     pub fallbacks: Vec<String>,
@@ -114,8 +116,9 @@ impl SandboxReport {
         }
         let mib = |b: u64| b >> 20;
         parts.push(format!(
-            "memory {} MiB, /tmp {} MiB, $HOME {} MiB, worktree growth {} MiB, {} processes",
+            "memory {} MiB ({}), /tmp {} MiB, $HOME {} MiB, worktree growth {} MiB, {} processes",
             mib(self.limits.memory_bytes),
+            self.memory,
             mib(self.limits.tmp_bytes),
             mib(self.limits.home_bytes),
             mib(self.limits.worktree_growth_bytes),
@@ -364,6 +367,8 @@ pub(crate) struct ChildSetup {
     err_pipe: OwnedFd,
     /// `cgroup.procs` of the command's pids cgroup, joined first.
     cgroup_procs: Option<CString>,
+    /// `cgroup.procs` of its memory cgroup, when that is a directory of its own (v1).
+    memory_procs: Option<CString>,
 }
 
 /// Parent-side handles of one prepared spawn.
@@ -376,14 +381,20 @@ pub(crate) struct ParentSide {
     pub cgroup: Option<super::cgroup::Cgroup>,
 }
 
-pub(crate) fn rlimits(limits: &Limits) -> Vec<(libc::__rlimit_resource_t, u64)> {
-    vec![
+/// The resource limits of a command; `RLIMIT_DATA` only when no memory cgroup bounds it
+/// (`data`), so that a command past its cgroup's limit is OOM-killed and reported as such
+/// rather than failing a large allocation first.
+pub(crate) fn rlimits(limits: &Limits, data: bool) -> Vec<(libc::__rlimit_resource_t, u64)> {
+    let mut v = vec![
         (libc::RLIMIT_CPU, limits.cpu_seconds),
         (libc::RLIMIT_FSIZE, limits.file_size_bytes),
         (libc::RLIMIT_NPROC, limits.max_processes),
-        (libc::RLIMIT_DATA, limits.memory_bytes),
         (libc::RLIMIT_CORE, 0),
-    ]
+    ];
+    if data {
+        v.push((libc::RLIMIT_DATA, limits.memory_bytes));
+    }
+    v
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -439,6 +450,7 @@ impl ChildSetup {
                 rlimits: Vec::new(),
                 err_pipe: err_write,
                 cgroup_procs: None,
+                memory_procs: None,
             },
             ParentSide {
                 err_pipe: err_read,
@@ -449,15 +461,16 @@ impl ChildSetup {
     }
 
     /// Only limits and `no_new_privs`, for the bubblewrap process itself or no sandbox.
-    pub(crate) fn limits_only(limits: &Limits) -> Result<(Self, ParentSide)> {
+    pub(crate) fn limits_only(limits: &Limits, data: bool) -> Result<(Self, ParentSide)> {
         let (err_read, err_write) = pipe()?;
         Ok((
             Self {
                 mode: ChildMode::LimitsOnly,
                 proxy_sock: None,
-                rlimits: rlimits(limits),
+                rlimits: rlimits(limits, data),
                 err_pipe: err_write,
                 cgroup_procs: None,
+                memory_procs: None,
             },
             ParentSide {
                 err_pipe: err_read,
@@ -477,9 +490,10 @@ impl ChildSetup {
         self.proxy_sock.as_ref().map(AsRawFd::as_raw_fd)
     }
 
-    /// Join this pids cgroup first thing in the child.
-    pub(crate) fn join_cgroup(&mut self, procs: CString) {
+    /// Join this pids cgroup (and this memory cgroup) first thing in the child.
+    pub(crate) fn join_cgroup(&mut self, procs: CString, memory_procs: Option<CString>) {
         self.cgroup_procs = Some(procs);
+        self.memory_procs = memory_procs;
     }
 
     /// Runs in the forked child, before `exec`. Only async-signal-safe system calls: no
@@ -502,7 +516,7 @@ impl ChildSetup {
         err_fd: RawFd,
         proxy_fd: Option<RawFd>,
     ) -> std::io::Result<()> {
-        // SAFETY (whole body): plain system calls on memory prepared before the fork.
+        // SAFETY: (whole body) plain system calls on memory prepared before the fork.
         unsafe {
             let check = |r: libc::c_int| -> std::io::Result<()> {
                 if r == 0 {
@@ -512,6 +526,9 @@ impl ChildSetup {
                 }
             };
             if let Some(procs) = &self.cgroup_procs {
+                check(write_file(procs, b"0"))?;
+            }
+            if let Some(procs) = &self.memory_procs {
                 check(write_file(procs, b"0"))?;
             }
             // Nothing the agent holds open reaches the command: every descriptor above the

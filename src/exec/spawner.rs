@@ -204,10 +204,11 @@ impl Spawner {
     pub(crate) fn start(
         base: &CgroupBase,
         max_processes: u64,
+        memory_bytes: u64,
         template: &ChildSetup,
         cwd: &Path,
     ) -> std::io::Result<Self> {
-        let mut cgroup = base.create(max_processes.saturating_add(1))?;
+        let mut cgroup = base.create(max_processes.saturating_add(1), memory_bytes)?;
         let shm = Shm::new()?;
         let (ours, theirs) = seqpacket_pair()?;
         let cwd = CString::new(cwd.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
@@ -215,6 +216,8 @@ impl Spawner {
         // SAFETY: getpid cannot fail.
         let parent = unsafe { libc::getpid() };
         let procs = cgroup.procs.clone();
+        let memory_procs = cgroup.memory.as_ref().and_then(|m| m.procs.clone());
+        let in_memory_cgroup = cgroup.memory.is_some();
         let shm_ptr = shm.0.cast_const();
         // SAFETY: the child runs `serve`, which only makes system calls on memory prepared
         // above and never returns.
@@ -229,6 +232,8 @@ impl Spawner {
                     theirs.as_raw_fd(),
                     &keep,
                     &procs,
+                    memory_procs.as_deref(),
+                    in_memory_cgroup,
                     parent,
                     template,
                     &cwd,
@@ -555,16 +560,19 @@ unsafe fn close_all_but(keep: &[RawFd]) {
 ///
 /// # Safety
 /// Only in the child of `fork`; never returns.
+#[allow(clippy::too_many_arguments)]
 unsafe fn serve(
     ctl: RawFd,
     keep: &[RawFd],
     procs: &CStr,
+    memory_procs: Option<&CStr>,
+    in_memory_cgroup: bool,
     parent: libc::pid_t,
     template: &ChildSetup,
     cwd: &CStr,
     shm: *const u8,
 ) -> ! {
-    // SAFETY (whole body): system calls on memory prepared before the fork; no allocation.
+    // SAFETY: (whole body) system calls on memory prepared before the fork; no allocation.
     unsafe {
         // The agent's handlers would run agent code here (a runtime's signal pipe): default
         // dispositions, nothing blocked; a vanished parent is an EPIPE, not a signal.
@@ -596,9 +604,18 @@ unsafe fn serve(
             libc::dup2(null, fd);
         }
         close_all_but(keep);
-        if super::sandbox::write_file(procs, b"0") != 0 {
+        if super::sandbox::write_file(procs, b"0") != 0
+            || memory_procs.is_some_and(|m| super::sandbox::write_file(m, b"0") != 0)
+        {
             reply(ctl, READY, 0, errno(), 0);
             libc::_exit(1);
+        }
+        // Sharing the memory cgroup with the commands, the spawner should never be the OOM
+        // killer's choice (its resident set, shared with the agent it was forked from, may
+        // look large): exempt where this may lower its score (CAP_SYS_RESOURCE), and each
+        // command's child raises its own score to the maximum (see `command_child`).
+        if in_memory_cgroup {
+            let _ = super::sandbox::write_file(c"/proc/self/oom_score_adj", b"-1000");
         }
         reply(ctl, READY, libc::getpid(), 0, 0);
         loop {
@@ -664,6 +681,7 @@ unsafe fn serve(
             let pid = libc::fork();
             if pid == 0 {
                 command_child(
+                    in_memory_cgroup,
                     template,
                     header,
                     fds[0],
@@ -764,6 +782,7 @@ unsafe fn watch(ctl: RawFd, pid: libc::pid_t) {
 /// A failure is reported as an errno on `status` (close-on-exec, so success is EOF).
 #[allow(clippy::too_many_arguments)]
 unsafe fn command_child(
+    in_memory_cgroup: bool,
     template: &ChildSetup,
     header: &Header,
     stdout: RawFd,
@@ -773,7 +792,7 @@ unsafe fn command_child(
     status: RawFd,
     cwd: &CStr,
 ) -> ! {
-    // SAFETY (whole body): system calls on memory prepared before the fork; no allocation.
+    // SAFETY: (whole body) system calls on memory prepared before the fork; no allocation.
     unsafe {
         // Out of the way of the numbers the helper's descriptors are given below.
         let moved = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, 10);
@@ -785,6 +804,14 @@ unsafe fn command_child(
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(libc::SIGPIPE, &sa, std::ptr::null_mut());
+        // Sharing its memory cgroup with the spawner, a command is the OOM killer's first
+        // choice in it (and on the host): the maximum score, which a process may always set
+        // for itself; written while still root with CAP_SYS_RESOURCE it is also the floor, so
+        // the command cannot take it back.
+        if in_memory_cgroup && super::sandbox::write_file(c"/proc/self/oom_score_adj", b"1000") != 0
+        {
+            report(errno());
+        }
         if libc::setpgid(0, 0) != 0 {
             report(errno());
         }

@@ -73,6 +73,8 @@ pub(crate) struct View {
     pub toolchains: Vec<PathBuf>,
     /// Candidates refused, with why (for the report).
     pub refused: Vec<String>,
+    /// Why each mount is there, by its target (for `--explain`).
+    pub why: std::collections::HashMap<PathBuf, String>,
 }
 
 /// Sizes of the view's tmpfs mounts, in bytes.
@@ -112,22 +114,33 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
     let mut mounts = Vec::new();
     let mut toolchains: Vec<PathBuf> = Vec::new();
     let mut refused = Vec::new();
+    let mut why = std::collections::HashMap::new();
+    let mut origin: std::collections::HashMap<PathBuf, String> = Default::default();
     for s in SYSTEM {
         let p = Path::new(s);
         match std::fs::symlink_metadata(p) {
             Ok(m) if m.file_type().is_symlink() => {
                 if let Ok(target) = std::fs::read_link(p) {
+                    why.insert(p.to_path_buf(), "system symlink, as on the host".into());
                     mounts.push(Mount::Symlink {
                         target,
                         dest: p.to_path_buf(),
                     });
                 }
             }
-            Ok(m) if m.is_dir() => mounts.push(Mount::Bind {
-                src: p.to_path_buf(),
-                dest: p.to_path_buf(),
-                rw: false,
-            }),
+            Ok(m) if m.is_dir() => {
+                let because = if *s == "/etc" {
+                    "system directory (its secrets hidden below)"
+                } else {
+                    "system directory"
+                };
+                why.insert(p.to_path_buf(), because.to_string());
+                mounts.push(Mount::Bind {
+                    src: p.to_path_buf(),
+                    dest: p.to_path_buf(),
+                    rw: false,
+                })
+            }
             _ => {}
         }
     }
@@ -153,6 +166,12 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
             Ok(dir) => {
                 if !system_covered(&dir) && !toolchains.iter().any(|t| covers(t, &dir)) {
                     toolchains.retain(|t| !covers(&dir, t));
+                    let from = if from == "PATH" {
+                        format!("toolchain: {} is on the agent's PATH", cand.display())
+                    } else {
+                        format!("toolchain: ${from} names {}", cand.display())
+                    };
+                    origin.insert(dir.clone(), from);
                     toolchains.push(dir);
                 }
             }
@@ -166,8 +185,16 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
         && !toolchains.iter().any(|t| covers(t, &h.join(".rustup")))
     {
         toolchains.push(h.join(".rustup"));
+        origin.insert(
+            h.join(".rustup"),
+            "toolchain: rustup's proxies in ~/.cargo/bin need it".into(),
+        );
     }
     for t in &toolchains {
+        why.insert(
+            t.clone(),
+            origin.remove(t).unwrap_or_else(|| "toolchain".into()),
+        );
         mounts.push(Mount::Bind {
             src: t.clone(),
             dest: t.clone(),
@@ -186,11 +213,14 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
                 "{} (sandbox.bind): it holds the worktree's siblings",
                 b.display()
             )),
-            Ok(c) => mounts.push(Mount::Bind {
-                src: c.clone(),
-                dest: c,
-                rw: false,
-            }),
+            Ok(c) => {
+                why.insert(c.clone(), "configured: sandbox.bind".into());
+                mounts.push(Mount::Bind {
+                    src: c.clone(),
+                    dest: c,
+                    rw: false,
+                })
+            }
             Err(e) => refused.push(format!("{} (sandbox.bind): {e}", b.display())),
         }
     }
@@ -199,12 +229,22 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
         && !resolv.starts_with("/etc")
     {
         // Name resolution with the network on: the file /etc/resolv.conf points to.
+        why.insert(
+            resolv.clone(),
+            "name resolution with the network on (/etc/resolv.conf points here)".into(),
+        );
         mounts.push(Mount::Bind {
             src: resolv.clone(),
             dest: resolv,
             rw: false,
         });
     }
+    why.insert(VIEW_TMP.into(), "fresh, private to the command".into());
+    why.insert(
+        VIEW_HOME.into(),
+        "fresh $HOME, private to the command (not the agent's home)".into(),
+    );
+    why.insert(i.worktree.to_path_buf(), "the worktree".into());
     mounts.push(Mount::Tmpfs {
         dest: VIEW_TMP.into(),
         size: i.sizes.tmp,
@@ -222,6 +262,7 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
     });
     for w in i.writable {
         if let Ok(c) = std::fs::canonicalize(w) {
+            why.insert(c.clone(), "configured: writable for commands".into());
             mounts.push(Mount::Bind {
                 src: c.clone(),
                 dest: c,
@@ -230,6 +271,7 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
         }
     }
     for s in ETC_SECRETS {
+        why.insert(s.into(), "secret under /etc".into());
         mounts.push(Mount::Hide { dest: s.into() });
     }
     if let Ok(dir) = std::fs::read_dir("/etc/ssh") {
@@ -237,15 +279,18 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
             let name = e.file_name();
             let name = name.to_string_lossy();
             if name.starts_with("ssh_host_") && name.ends_with("_key") {
+                why.insert(e.path(), "SSH host private key".into());
                 mounts.push(Mount::Hide { dest: e.path() });
             }
         }
     }
     for h in i.hide {
-        mounts.push(Mount::Hide {
-            dest: std::fs::canonicalize(h).unwrap_or_else(|_| h.clone()),
-        });
+        let dest = std::fs::canonicalize(h).unwrap_or_else(|_| h.clone());
+        why.insert(dest.clone(), "configured: sandbox.hide".into());
+        mounts.push(Mount::Hide { dest });
     }
+    why.insert("/proc".into(), "the command's own pid namespace".into());
+    why.insert("/dev".into(), "minimal device files".into());
     mounts.push(Mount::Proc {
         dest: "/proc".into(),
     });
@@ -258,6 +303,7 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
         mounts,
         toolchains,
         refused,
+        why,
     }
 }
 

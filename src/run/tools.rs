@@ -74,6 +74,9 @@ impl Tool for RunCommand {
                 Termination::TimedOut => "timed out (the whole process group was killed)".into(),
             };
             let mut text = format!("{status} after {:.1} s\n", out.duration.as_secs_f64());
+            if let Some(why) = &out.stopped {
+                text.push_str(&format!("{why}\n"));
+            }
             let stdout = out.stdout.to_text_lossy();
             let stderr = out.stderr.to_text_lossy();
             if !stdout.is_empty() {

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::github::fake::{Fake, npm_dir};
 use super::server::{client, deliver};
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     super::common::git_with(dir, &["init.defaultBranch=master"], args)
 }
 
@@ -35,13 +35,13 @@ fn labeled_example() -> Value {
     p
 }
 
-struct World {
-    tmp: tempfile::TempDir,
-    payload: Value,
-    owner: String,
-    name: String,
-    remote: std::path::PathBuf,
-    fake: std::sync::Arc<Fake>,
+pub(super) struct World {
+    pub(super) tmp: tempfile::TempDir,
+    pub(super) payload: Value,
+    pub(super) owner: String,
+    pub(super) name: String,
+    pub(super) remote: std::path::PathBuf,
+    pub(super) fake: std::sync::Arc<Fake>,
     model: String,
 }
 
@@ -55,17 +55,17 @@ async fn world() -> World {
     .await
 }
 
-fn edit_line() -> Value {
+pub(super) fn edit_line() -> Value {
     json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
         "path": "calc.py", "old_text": "def add(a, b):\n    return a - b",
         "new_text": "def add(a, b):\n    return a + b"}}]})
 }
 
-fn finish_line() -> Value {
+pub(super) fn finish_line() -> Value {
     json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]})
 }
 
-async fn world_with(lines: &[Value]) -> World {
+pub(super) async fn world_with(lines: &[Value]) -> World {
     let tmp = tempfile::tempdir().unwrap();
     let payload = labeled_example();
     let owner = payload["repository"]["owner"]["login"]
@@ -176,7 +176,7 @@ impl World {
     }
 
     /// The bot's progress comments on the issue.
-    fn progress_comments(&self) -> Vec<String> {
+    pub(super) fn progress_comments(&self) -> Vec<String> {
         let n = self.number();
         self.fake
             .world()
@@ -195,7 +195,7 @@ impl World {
 
     /// `/agent …` from the labeling sender, as an `issue_comment.created` delivery of the same
     /// repository and issue; returns the payload and the comment id.
-    fn command(&self, text: &str) -> (Value, u64) {
+    pub(super) fn command(&self, text: &str) -> (Value, u64) {
         let path = npm_dir().join("@octokit/webhooks-examples/api.github.com/index.json");
         let all: Vec<Value> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         let mut e = all
@@ -244,7 +244,7 @@ impl World {
     }
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -268,7 +268,7 @@ async fn wait_healthy(url: &str) {
 }
 
 /// A `git agent serve` child of a test, with its client and store.
-struct Running {
+pub(super) struct Running {
     child: std::process::Child,
     url: String,
     c: reqwest::Client,
@@ -276,7 +276,7 @@ struct Running {
 }
 
 impl Running {
-    async fn start(w: &World, port: u16, kill_at: Option<&str>) -> Running {
+    pub(super) async fn start(w: &World, port: u16, kill_at: Option<&str>) -> Running {
         let url = format!("http://127.0.0.1:{port}");
         let child = w.serve(port, kill_at);
         wait_healthy(&url).await;
@@ -289,7 +289,7 @@ impl Running {
     }
 
     /// Post `payload` as `event` with the delivery id `delivery`; the HTTP status.
-    async fn post(&self, event: &str, delivery: &str, payload: &Value) -> u16 {
+    pub(super) async fn post(&self, event: &str, delivery: &str, payload: &Value) -> u16 {
         let body = serde_json::to_vec(payload).unwrap();
         deliver(&self.c, &self.url, event, delivery, body)
             .await
@@ -298,7 +298,7 @@ impl Running {
     }
 
     /// Wait for the job of `delivery` to finish.
-    async fn finished(&self, delivery: &str) -> git_agent::store::Job {
+    pub(super) async fn finished(&self, delivery: &str) -> git_agent::store::Job {
         for _ in 0..1200 {
             let jobs = self.store.recent(20).await.unwrap();
             if let Some(j) = jobs
@@ -315,7 +315,7 @@ impl Running {
         );
     }
 
-    fn stop(mut self) {
+    pub(super) fn stop(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }

@@ -1,0 +1,271 @@
+//! `git agent doctor` and `git agent sandbox --explain`: what this machine gives a run of the
+//! repository the command stands in.
+//!
+//! The doctor is a list of sections, each a check that returns a [`Section`] (a verdict,
+//! lines for a person, details for `--json`). The first is the sandbox: the view a command
+//! gets, with the limits, namespaces and fallbacks actually in force (computed by
+//! `exec::explain`, i.e. by making the executor). Later checks (environment set-up, the test
+//! command) are added to [`SECTIONS`].
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::context;
+use crate::config::Settings;
+use crate::exec::{ExecOptions, Explanation, explain};
+
+/// Arguments of `git agent doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// Print the sections as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Repository to check (default: the current directory's).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+}
+
+/// Arguments of `git agent sandbox`.
+#[derive(Debug, clap::Args)]
+pub struct SandboxArgs {
+    /// Print the view a command gets here: binds (and why), what is hidden, tmpfs sizes,
+    /// namespaces, Landlock, seccomp, limits, network and the fallbacks taken.
+    #[arg(long, required = true)]
+    pub explain: bool,
+    /// Print it as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Repository to explain for (default: the current directory's).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+}
+
+/// What every check gets.
+pub struct Context {
+    /// The repository's working directory (a run's worktree gets the same view).
+    pub worktree: PathBuf,
+    /// The resolved settings (user file, the repository's file at its base, environment).
+    pub settings: Settings,
+}
+
+/// One section of the doctor's report.
+#[derive(Debug, Serialize)]
+pub struct Section {
+    /// Short name, e.g. `sandbox`.
+    pub name: &'static str,
+    /// Whether what it checks works here.
+    pub ok: bool,
+    /// Lines for a person.
+    pub lines: Vec<String>,
+    /// Details for a program.
+    pub detail: serde_json::Value,
+}
+
+/// The doctor's checks, in the order they are printed.
+pub const SECTIONS: &[fn(&Context) -> Section] = &[sandbox_section];
+
+/// The context for the repository at `repo` (or the current directory's).
+fn context(repo: Option<&std::path::Path>) -> anyhow::Result<Context> {
+    let opened = context::open_repo(repo).ok();
+    // The repository's own file at its base, when it has one (not in a repository without
+    // commits).
+    let base = opened
+        .as_ref()
+        .map(context::default_base)
+        .filter(|b| opened.as_ref().is_some_and(|r| r.resolve(b).is_ok()));
+    let cfg = context::load_config(opened.as_ref().zip(base.as_deref()), None, Vec::new())?;
+    let worktree = match opened.as_ref().and_then(|r| r.workdir()) {
+        Some(w) => w.to_path_buf(),
+        None => match repo {
+            Some(r) => r.to_path_buf(),
+            None => std::env::current_dir()?,
+        },
+    };
+    Ok(Context {
+        worktree,
+        settings: cfg.settings,
+    })
+}
+
+pub fn doctor(args: DoctorArgs) -> anyhow::Result<u8> {
+    let ctx = context(args.repo.as_deref())?;
+    let sections: Vec<Section> = SECTIONS.iter().map(|check| check(&ctx)).collect();
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "sections": sections }))?
+        )?;
+    } else {
+        for s in &sections {
+            writeln!(out, "== {}: {}", s.name, if s.ok { "ok" } else { "FAILED" })?;
+            for l in &s.lines {
+                writeln!(out, "{l}")?;
+            }
+            writeln!(out)?;
+        }
+    }
+    Ok(if sections.iter().all(|s| s.ok) {
+        super::exit::SUCCEEDED
+    } else {
+        super::exit::FAILED
+    })
+}
+
+pub fn sandbox(args: SandboxArgs) -> anyhow::Result<u8> {
+    let ctx = context(args.repo.as_deref())?;
+    let e = explain_for(&ctx);
+    let mut out = super::output::stdout(&super::output::process_redactor()?);
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
+    } else {
+        for l in lines(&e) {
+            writeln!(out, "{l}")?;
+        }
+    }
+    Ok(if e.ok() {
+        super::exit::SUCCEEDED
+    } else {
+        super::exit::FAILED
+    })
+}
+
+fn explain_for(ctx: &Context) -> Explanation {
+    explain(&ctx.worktree, ExecOptions::from_settings(&ctx.settings))
+}
+
+/// The doctor's first section: the sandbox.
+fn sandbox_section(ctx: &Context) -> Section {
+    let e = explain_for(ctx);
+    Section {
+        name: "sandbox",
+        ok: e.ok(),
+        lines: lines(&e),
+        detail: serde_json::to_value(&e).unwrap_or_default(),
+    }
+}
+
+/// The explanation as lines for a person.
+fn lines(e: &Explanation) -> Vec<String> {
+    let mut l = vec![format!(
+        "worktree: {} (a run's own worktree gets the same view)",
+        e.worktree.display()
+    )];
+    if let Some(why) = &e.unavailable {
+        l.push(format!("UNAVAILABLE: no command can run: {why}"));
+    }
+    if let Some(r) = &e.report {
+        l.push(format!(
+            "mechanism: {} (asked: {})",
+            serde_plain(&r.mechanism),
+            serde_plain(&r.requested)
+        ));
+    }
+    if e.view.is_empty() {
+        if e.report.is_some() {
+            l.push("view: none, the sandbox is off: commands see the whole machine".into());
+        }
+    } else {
+        l.push("view (nothing else of the machine exists in it):".into());
+        let width = e
+            .view
+            .iter()
+            .map(|v| v.target.as_os_str().len())
+            .max()
+            .unwrap_or(0)
+            .min(50);
+        for v in &e.view {
+            let what = match (v.kind, &v.source, v.access, v.size_mib) {
+                ("bind", Some(src), Some(a), _) if *src == v.target => format!("{a} bind"),
+                ("bind", Some(src), Some(a), _) => format!("{a} bind of {}", src.display()),
+                ("tmpfs", _, _, Some(mib)) => format!("rw tmpfs, at most {mib} MiB"),
+                ("symlink", Some(t), _, _) => format!("symlink to {}", t.display()),
+                ("hidden", ..) => "hidden (covered with an empty read-only one)".into(),
+                ("dev", _, _, Some(mib)) => {
+                    format!("null zero full random urandom tty, own pts, shm at most {mib} MiB")
+                }
+                ("proc", ..) => "own /proc".into(),
+                (k, ..) => k.to_string(),
+            };
+            let why = if v.why.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", v.why)
+            };
+            l.push(format!(
+                "  {:<width$}  {what}{why}",
+                v.target.display().to_string()
+            ));
+        }
+    }
+    for n in &e.not_bound {
+        l.push(format!("not bound: {n}"));
+    }
+    if let Some(r) = &e.report {
+        if !r.namespaces.is_empty() {
+            l.push(format!("namespaces: {}", r.namespaces.join(", ")));
+        }
+        l.push(format!(
+            "landlock: kernel ABI {}{}",
+            r.landlock_abi,
+            if r.mechanism == crate::exec::Mechanism::Landlock {
+                ", a second layer over the view"
+            } else {
+                ", not used"
+            }
+        ));
+        l.push(format!(
+            "seccomp: {}",
+            if r.mechanism == crate::exec::Mechanism::Landlock {
+                "yes"
+            } else {
+                "no"
+            }
+        ));
+        let lim = &r.limits;
+        l.push(format!(
+            "limits: memory {} MiB ({}), cpu {} s, file size {} MiB, {} processes, worktree growth {} MiB per command",
+            lim.memory_bytes >> 20,
+            r.memory,
+            lim.cpu_seconds,
+            lim.file_size_bytes >> 20,
+            lim.max_processes,
+            lim.worktree_growth_bytes >> 20
+        ));
+        l.push(format!(
+            "network: {}{}",
+            serde_plain(&r.network),
+            if r.network != r.network_requested {
+                format!(" (asked: {})", serde_plain(&r.network_requested))
+            } else {
+                String::new()
+            }
+        ));
+        l.push("protections:".into());
+        for p in &r.protections {
+            l.push(format!("  {p}"));
+        }
+        if r.fallbacks.is_empty() {
+            l.push("fallbacks taken: none".into());
+        } else {
+            l.push("fallbacks taken:".into());
+            for f in &r.fallbacks {
+                l.push(format!("  {f}"));
+            }
+        }
+        l.push(format!("summary: {}", r.summary()));
+    }
+    l
+}
+
+/// A unit enum's serde name (`landlock`, `auto`, `off`).
+fn serde_plain<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
