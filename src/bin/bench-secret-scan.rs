@@ -106,15 +106,7 @@ fn git_units(
             continue;
         };
         let blobs = repo.changed_blobs(repo.resolve(p)?, repo.resolve(c)?)?;
-        let files: Vec<ChangedFile<'_>> = blobs
-            .iter()
-            .filter(|b| !b.new.is_empty())
-            .map(|b| ChangedFile {
-                path: &b.path,
-                old: &b.old,
-                new: &b.new,
-            })
-            .collect();
+        let files = ChangedFile::with_content(&blobs);
         tally.add(
             &format!("{}@{}", repo_dir.display(), &c[..10]),
             &files,

@@ -114,15 +114,7 @@ pub(super) fn commit(led: &mut Ledger<'_>, bench: &Workbench, why: &str) -> Resu
     let blobs = svc
         .repo
         .changed_blobs(svc.repo.resolve(&led.rec.base_sha)?, svc.repo.resolve(&id)?)?;
-    let changed: Vec<ChangedFile<'_>> = blobs
-        .iter()
-        .filter(|b| !b.new.is_empty())
-        .map(|b| ChangedFile {
-            path: &b.path,
-            old: &b.old,
-            new: &b.new,
-        })
-        .collect();
+    let changed = ChangedFile::with_content(&blobs);
     let findings = scan_changes(&changed, &svc.redactor);
     if !findings.is_empty() {
         let prev = led

@@ -61,6 +61,22 @@ pub struct ChangedFile<'a> {
     pub new: &'a [u8],
 }
 
+impl<'a> ChangedFile<'a> {
+    /// The files of `blobs` that hold content after the change (deleted ones add nothing
+    /// to scan), as the scan reads them.
+    pub fn with_content(blobs: &'a [crate::workspace::ChangedBlob]) -> Vec<ChangedFile<'a>> {
+        blobs
+            .iter()
+            .filter(|b| !b.new.is_empty())
+            .map(|b| ChangedFile {
+                path: &b.path,
+                old: &b.old,
+                new: &b.new,
+            })
+            .collect()
+    }
+}
+
 /// Scan the changed files of a commit range for secrets. An empty list means none was found;
 /// any finding must block the push, and the list is safe to report.
 pub fn scan_changes(files: &[ChangedFile<'_>], redactor: &Redactor) -> Vec<Finding> {
