@@ -261,6 +261,9 @@ pub struct VerifyConfig {
     pub test: Option<String>,
     /// Time-out of one test run in minutes.
     pub timeout_minutes: u32,
+    /// Whether a fix must show a test that fails before it and passes after it, when the
+    /// baseline shows no failing test.
+    pub reproduce: Reproduce,
 }
 
 impl Default for VerifyConfig {
@@ -268,8 +271,25 @@ impl Default for VerifyConfig {
         Self {
             test: None,
             timeout_minutes: 15,
+            reproduce: Reproduce::Prefer,
         }
     }
+}
+
+/// `verify.reproduce`: a fix request whose baseline shows no failing test proves nothing by
+/// passing afterwards, so the coder is asked to add a test that reproduces the problem first,
+/// and the harness checks it fails on the base revision's code and passes after.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reproduce {
+    /// Ask for a reproduction; without one the run may succeed, and the report says plainly
+    /// that no test showed the problem.
+    #[default]
+    Prefer,
+    /// Without a reproduction the run fails.
+    Require,
+    /// Do not ask (the report still says when no test showed the problem).
+    Off,
 }
 
 /// Network access of sandboxed commands.
@@ -321,6 +341,10 @@ pub struct PolicyConfig {
     pub network_allow: Vec<String>,
     /// Command rules, first match by longest prefix.
     pub commands: Vec<CommandRule>,
+    /// Decision for changes to the test runner's configuration (conftest.py, pytest/tox
+    /// sections, package.json scripts, jest/vitest/mocha configs, Cargo test/profile
+    /// sections and build.rs, and files that shadow the runner or the interpreter).
+    pub runner_config: Decision,
     /// Decision for commands no rule matches.
     pub default_command: Decision,
 }
@@ -338,6 +362,7 @@ impl Default for PolicyConfig {
             network: NetworkMode::Off,
             network_allow: Vec::new(),
             commands: Vec::new(),
+            runner_config: Decision::Ask,
             default_command: Decision::Allow,
         }
     }
@@ -489,12 +514,14 @@ const REPO_RULES: &[(&str, RepoRule)] = &[
     ("budget.*", RepoRule::Lower),
     ("verify.test", RepoRule::Free),
     ("verify.timeout_minutes", RepoRule::Lower),
+    ("verify.reproduce", RepoRule::Stricter),
     ("policy.allow_paths", RepoRule::Narrow),
     ("policy.deny_paths", RepoRule::Append),
     ("policy.network", RepoRule::Network),
     ("policy.network_allow", RepoRule::Subset),
     ("policy.commands", RepoRule::Append),
     ("policy.default_command", RepoRule::Stricter),
+    ("policy.runner_config", RepoRule::Stricter),
     (
         "sandbox.mode",
         RepoRule::Forbidden("the sandbox protects the machine running the agent"),
@@ -907,8 +934,9 @@ fn tighten_repo_layer(
                 }
             }
             RepoRule::Network | RepoRule::Stricter => {
-                let (order, towards): (&[&str], &str) = match rule {
-                    RepoRule::Network => (&["off", "allowlist", "on"], "off"),
+                let (order, towards): (&[&str], &str) = match (rule, key.as_str()) {
+                    (RepoRule::Network, _) => (&["off", "allowlist", "on"], "off"),
+                    (_, "verify.reproduce") => (&["require", "prefer", "off"], "require"),
                     _ => (&["forbid", "ask", "allow"], "forbid"),
                 };
                 if let (Some(new), Some(old_rank)) =

@@ -15,6 +15,7 @@ mod approval;
 mod command;
 mod error;
 mod paths;
+mod runner;
 pub mod shell;
 #[cfg(test)]
 mod table_tests;
@@ -24,6 +25,7 @@ pub use approval::{Approval, ApprovalRequest, ApprovalStatus};
 pub use command::{BUILTIN_RULES, CommandVerdict, INSTALLERS, PartVerdict};
 pub use error::{Error, Result};
 pub use paths::{PathRefusal, PathVerdict, lexical_relative, symlink_target_is_confined};
+pub use runner::runner_config_change;
 
 use serde::Serialize;
 
@@ -112,6 +114,8 @@ pub struct Policy {
     pub ignored: Vec<IgnoredRule>,
     /// Decision for commands no rule matches.
     pub default_command: (Decision, RuleRef),
+    /// Decision for changes to the test runner's configuration ([`runner_config_change`]).
+    pub runner_config: (Decision, RuleRef),
     /// Network mode of commands.
     pub network: (NetworkMode, RuleRef),
     /// Hosts reachable in allowlist mode.
@@ -168,6 +172,13 @@ impl Policy {
                     &origin("policy.default_command"),
                 ),
             ),
+            runner_config: (
+                p.runner_config,
+                RuleRef::new(
+                    format!("runner_config = {}", decision_name(p.runner_config)),
+                    &origin("policy.runner_config"),
+                ),
+            ),
             network: (
                 p.network,
                 RuleRef::new(
@@ -221,6 +232,10 @@ impl Policy {
         out.push((
             self.default_command.1.rule.clone(),
             self.default_command.1.origin.clone(),
+        ));
+        out.push((
+            self.runner_config.1.rule.clone(),
+            self.runner_config.1.origin.clone(),
         ));
         for r in &self.rules {
             out.push((

@@ -8,17 +8,46 @@
 
 use serde_json::json;
 
+use super::attribution;
 use super::error::{Error, Result};
 use super::ledger::Ledger;
 use super::setup::Workbench;
 use crate::audit::chain::Kind;
 use crate::audit::redact::{ChangedFile, scan_changes};
+use crate::config::Decision;
+use crate::policy::{Approval, RiskTier, runner_config_change};
 use crate::workspace::CommitRequest;
+
+/// What the commit-time policy did.
+#[derive(Debug, Default)]
+pub(super) struct Gated {
+    /// What to tell the model ("" when nothing).
+    pub(super) told: String,
+    /// Changes to the test runner's configuration that wait for a person (`ask`): one
+    /// approval for all of them, of exactly their content.
+    pub(super) pending: Option<Approval>,
+    /// Files put back because only the test command wrote them.
+    pub(super) excluded: Vec<String>,
+}
+
+/// The tool name of approvals for runner configuration.
+pub(super) const RUNNER_CONFIG: &str = "runner_config";
+
+/// The tool name of approvals for test changes the plan makes on purpose (held-out check).
+pub(super) const TEST_CHANGE: &str = "test_change";
 
 /// The policy at commit time: every changed path, whoever changed it (a tool, a command, the
 /// tests), is judged; refused ones are put back as in HEAD, audited, noted in the report and
-/// told to the model. Returns what to tell the model ("" when nothing).
-pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<String> {
+/// told to the model. What only the test command wrote is put back too
+/// ([`attribution::exclude_test_outputs`]). A change to the test runner's configuration is
+/// judged by `policy.runner_config`: `forbid` puts it back, `ask` needs a person's approval
+/// of that exact content ([`Gated::pending`]), `allow` lets it through (the report still
+/// names it).
+pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
+    let mut gated = Gated {
+        excluded: attribution::exclude_test_outputs(led, bench)?,
+        ..Gated::default()
+    };
     let wt = &bench.worktree;
     let planned: std::collections::BTreeSet<String> = led
         .rec
@@ -27,17 +56,54 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<String> {
         .flat_map(|p| p.steps.iter().flat_map(|s| s.files.iter().cloned()))
         .collect();
     let head = wt.head()?.to_string();
+    let policy = &bench.ctx.policy;
+    let test_command = led.rec.test_command.clone().unwrap_or_default();
     let mut refused = Vec::new();
+    let mut asks = Vec::new();
     for path in wt.changed_paths()? {
-        let in_head = led.svc.repo.read_file_at(&head, &path)?.is_some();
-        if let Some(why) =
-            super::gate::refusal(wt.path(), &path, &bench.ctx.policy, &planned, in_head)
-        {
+        let old = led.svc.repo.read_file_at(&head, &path)?;
+        if let Some(why) = super::gate::refusal(wt.path(), &path, policy, &planned, old.is_some()) {
             refused.push((path, why));
+            continue;
+        }
+        let new = current_content(wt.path(), &path);
+        let Some(why) = runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command)
+        else {
+            continue;
+        };
+        match policy.runner_config.0 {
+            Decision::Allow => {}
+            Decision::Forbid => refused.push((
+                path,
+                format!(
+                    "{why}; changing the test runner's configuration is forbidden ({}, {})",
+                    policy.runner_config.1.rule, policy.runner_config.1.origin
+                ),
+            )),
+            Decision::Ask => asks.push(format!(
+                "`{path}` at {}: {why}",
+                fingerprint(new.as_deref())
+            )),
+        }
+    }
+    if !asks.is_empty() {
+        let subject = asks.join("; ");
+        let approved = led
+            .rec
+            .approvals
+            .iter()
+            .any(|a| a.approves(RUNNER_CONFIG, &subject));
+        if !approved {
+            gated.pending = Some(Approval::pending(
+                RUNNER_CONFIG,
+                &subject,
+                RiskTier::High,
+                vec![policy.runner_config.1.clone()],
+            ));
         }
     }
     if refused.is_empty() {
-        return Ok(String::new());
+        return Ok(gated);
     }
     let paths: Vec<String> = refused.iter().map(|(p, _)| p.clone()).collect();
     wt.restore_paths(&paths)?;
@@ -50,18 +116,48 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<String> {
         "Not committed, refused by the policy at commit time: {}.",
         lines.join("; ")
     ));
-    Ok(format!(
+    gated.told = format!(
         "These changes were undone because the policy refuses to commit them (whoever wrote them): {}.",
         lines.join("; ")
-    ))
+    );
+    Ok(gated)
+}
+
+/// A path's content in the work tree as git would store it (a link's target for a symbolic
+/// link); `None` when it is gone.
+fn current_content(root: &std::path::Path, rela: &str) -> Option<Vec<u8>> {
+    let full = root.join(rela);
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    if meta.file_type().is_symlink() {
+        return std::fs::read_link(&full)
+            .ok()
+            .map(|t| t.to_string_lossy().into_owned().into_bytes());
+    }
+    std::fs::read(&full).ok()
+}
+
+/// A short content hash, so an approval covers exactly the content it was given for.
+pub(super) fn fingerprint(content: Option<&[u8]>) -> String {
+    use sha2::Digest as _;
+    match content {
+        None => "deleted".into(),
+        Some(b) => sha2::Sha256::digest(b)
+            .iter()
+            .take(6)
+            .map(|x| format!("{x:02x}"))
+            .collect(),
+    }
 }
 
 /// Commit the worktree's changes as a checkpoint (`why` goes in its body), after the
 /// commit-time policy and before the secret scan. Nothing to commit is not an error.
 pub(super) fn commit(led: &mut Ledger<'_>, bench: &Workbench, why: &str) -> Result<()> {
     let _span = tracing::debug_span!("commit").entered();
-    // Files the verification itself wrote are judged too.
-    gate(led, bench)?;
+    // Files the verification itself wrote are judged too. A runner-configuration change
+    // still waiting for a person is not checkpointed: the final check asks for it.
+    if gate(led, bench)?.pending.is_some() {
+        return Ok(());
+    }
     let wt = &bench.worktree;
     if !wt.is_dirty()? {
         return Ok(());
@@ -217,13 +313,13 @@ mod tests {
         let wt = bench.worktree.path().to_path_buf();
         std::fs::write(wt.join("value.txt"), "2\n").unwrap();
         std::fs::write(wt.join(".gitmodules"), "[submodule \"x\"]\n").unwrap();
-        let told = gate(&mut led, &bench).unwrap();
+        let told = gate(&mut led, &bench).unwrap().told;
         assert!(told.contains("`.gitmodules`"), "{told}");
         assert!(!wt.join(".gitmodules").exists());
         assert_eq!(
             std::fs::read_to_string(wt.join("value.txt")).unwrap(),
             "2\n"
         );
-        assert_eq!(gate(&mut led, &bench).unwrap(), "");
+        assert_eq!(gate(&mut led, &bench).unwrap().told, "");
     }
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::error::{Error, Result};
 use super::ledger::Ledger;
-use super::record::{RunRecord, now};
+use super::record::{PendingApproval, RunRecord, now};
 use super::setup::Workbench;
 use super::state::RunState;
 use super::tools::{HarnessTool, Toolset};
@@ -216,6 +216,9 @@ pub(super) fn new_record(
         budget_spent: None,
         elapsed_ms: 0,
         sandbox: None,
+        integrity: None,
+        attribution: Default::default(),
+        fingerprints: Default::default(),
     };
     rec.base_ref = rec.task.base.clone();
     Ok((rec, dir))
@@ -448,13 +451,24 @@ impl<'a> Active<'a> {
                 }
             })
             .unwrap_or_default();
-        prompt::first_message(
+        let mut m = prompt::first_message(
             &goal,
             &instructions,
             &map,
             rec.test_command.as_deref(),
             &baseline,
-        )
+        );
+        let shows_failure = rec
+            .baseline
+            .as_ref()
+            .is_some_and(|b| b.exit_code != Some(0));
+        if rec.test_command.is_some()
+            && !shows_failure
+            && self.led.svc.config.settings.verify.reproduce != crate::config::Reproduce::Off
+        {
+            m.push_str(prompt::REPRODUCE_FIRST);
+        }
+        m
     }
 
     /// The planner's conversation, until `update_plan` is called. `false` when the run
@@ -644,6 +658,28 @@ impl<'a> Active<'a> {
         let (led, bench) = self.parts()?;
         let attempt = led.rec.fix_attempts + 1;
         let verdict = verification::final_check(led, bench, &cmd, attempt).await?;
+        if let Some(approval) = verdict.pending {
+            // A change to the test runner's configuration: a person approves that exact
+            // content (then this check runs again) or the run waits.
+            led.audit(Kind::Approval, json!({"pending": approval}))?;
+            let what = if approval.request.tool == checkpoint::TEST_CHANGE {
+                "the plan changes existing tests on purpose"
+            } else {
+                "the change touches the test runner's configuration"
+            };
+            led.rec.notes.push(format!(
+                "Waiting for approval: {what} ({}). Approve with `git agent resume {} --approve`.",
+                approval.request.subject, led.rec.run_id
+            ));
+            led.rec.pending_approval = Some(PendingApproval {
+                call_id: String::new(),
+                approval,
+                resume_state: RunState::Testing,
+                remaining: Vec::new(),
+            });
+            led.transition(RunState::AwaitingApproval)?;
+            return Ok(());
+        }
         if verdict.passed {
             checkpoint::commit(led, bench, "verified")?;
             failpoint("after-commit");
@@ -733,7 +769,7 @@ mod tests {
             ["analyzing", "planning", "editing", "testing", "succeeded"]
         );
         let whens: Vec<&str> = rec.verification.iter().map(|v| v.when.as_str()).collect();
-        assert_eq!(whens, ["before", "attempt 1"]);
+        assert_eq!(whens, ["before", "attempt 1", "attempt 1, clean checkout"]);
         assert_eq!(rec.commits.len(), 1);
         assert_eq!(rec.summary, "two");
         assert_eq!(

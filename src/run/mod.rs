@@ -17,8 +17,11 @@
 //! - `tools.rs` — the `run` tool (through `tools::authorize_command`, the one command gate),
 //!   the harness tools `run_tests` and `finish` as a typed enum, and each role's toolset;
 //! - `verification.rs` — the test command, test runs read against the baseline, and the
-//!   final check that decides;
-//! - `checkpoint.rs` — the commit-time policy (`gate.rs`), commits and the secret scan;
+//!   final check that decides: the working tree, then a clean checkout of what is committed,
+//!   the held-out tests and the reproduction (the verified-change contract);
+//! - `checkpoint.rs` — the commit-time policy (`gate.rs`, runner configuration), commits and
+//!   the secret scan; `attribution.rs` — which action changed each path, so what only the
+//!   test command wrote is not committed;
 //! - `review.rs` — the reviewer's read of the verified diff.
 //!
 //! A new verification stage (a clean-tree re-run, held-out tests) is a step in
@@ -26,6 +29,7 @@
 //! belongs in `setup.rs`; a new phase of the run is a state in `state.rs` and its arm in
 //! `engine.rs`'s state machine.
 
+mod attribution;
 mod checkpoint;
 mod context;
 mod deadline;

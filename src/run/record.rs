@@ -5,6 +5,7 @@
 //! The directory is mirrored on `refs/agent/runs/<run-id>` after every state change, so a
 //! clone that fetches the ref can audit or resume the run.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -128,6 +129,18 @@ pub struct RunRecord {
     /// The sandbox in force for the run's commands, in one line (mechanism, protections).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// The last final verification's integrity checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<super::report::Integrity>,
+    /// Who last changed each path that differs from the last checkpoint: a tool call, a
+    /// command, or the test command (`test command (…)`), whose writes are not committed
+    /// unless the model touched them too or the plan names them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attribution: BTreeMap<String, String>,
+    /// A fingerprint of each path that differs from the last checkpoint, as last seen, so
+    /// the next change to it is attributed to whoever made it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fingerprints: BTreeMap<String, String>,
 }
 
 impl RunRecord {
@@ -212,6 +225,7 @@ impl RunRecord {
             diffstat,
             verification: self.verification.clone(),
             sandbox: self.sandbox.clone(),
+            integrity: self.integrity.clone(),
             review: self.review.clone(),
             cost: self.usage.clone(),
             budget_usd,

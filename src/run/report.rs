@@ -79,6 +79,40 @@ impl Review {
     }
 }
 
+/// One test file the change touched, and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestFileChange {
+    /// Repository-relative path.
+    pub path: String,
+    /// How it changed (`deleted`, `skip/xfail marker added`, …); empty: nothing of note.
+    pub how: Vec<String>,
+}
+
+/// The integrity of the final verification (issue 18): what shows that the tests that passed
+/// are the project's tests, run on what is committed, and that they showed the problem.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Integrity {
+    /// Test files the change touched, with how.
+    pub test_files: Vec<TestFileChange>,
+    /// Runner configuration the change touched: why it counts and what became of it.
+    pub runner_config: Vec<String>,
+    /// The run in a fresh checkout of what is committed (`None`: it did not run).
+    pub clean_tree: Option<String>,
+    /// The base revision's versions of the changed test files run against the new code, or
+    /// why that did not run.
+    pub held_out: Option<String>,
+    /// The test that reproduces the problem (fails on the base code, passes after), or why
+    /// there is none.
+    pub reproduction: Option<String>,
+    /// Whether a test showed the problem before the change: a baseline failure, or a
+    /// reproduction test.
+    pub reproduced: bool,
+    /// Files left out of the commit because only the test command wrote them.
+    pub excluded: Vec<String>,
+    /// Every check passed.
+    pub passed: bool,
+}
+
 /// Everything the report shows; built from the run record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReportInput {
@@ -101,6 +135,10 @@ pub struct ReportInput {
     /// The sandbox the commands ran in, in one line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// The final verification's integrity checks (`None` before one ran, and in records
+    /// older than them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<Integrity>,
     /// The reviewer's findings, when a reviewer is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Review>,
@@ -159,13 +197,78 @@ fn cut(s: &str, max: usize, pointer: &str) -> String {
     out
 }
 
+/// The integrity block of the verification section.
+fn integrity_block(i: &Integrity) -> String {
+    let or = |v: &Option<String>, none: &str| v.as_deref().map_or(none.to_string(), cell);
+    let mut out = String::from("\n**Integrity**\n");
+    out.push_str(&format!(
+        "- Clean checkout of what is committed: {}\n",
+        or(&i.clean_tree, "did not run")
+    ));
+    out.push_str(&format!(
+        "- Held-out tests (the base's test files, the new code): {}\n",
+        or(&i.held_out, "did not run")
+    ));
+    out.push_str(&format!(
+        "- Reproduction: {}\n",
+        or(&i.reproduction, "did not run")
+    ));
+    if i.test_files.is_empty() {
+        out.push_str("- Test files changed: none\n");
+    } else {
+        let files: Vec<String> = i
+            .test_files
+            .iter()
+            .map(|t| {
+                if t.how.is_empty() {
+                    format!("`{}`", cell(&t.path))
+                } else {
+                    format!("`{}` ({})", cell(&t.path), cell(&t.how.join(", ")))
+                }
+            })
+            .collect();
+        out.push_str(&format!("- Test files changed: {}\n", files.join("; ")));
+    }
+    if i.runner_config.is_empty() {
+        out.push_str("- Runner configuration changed: none\n");
+    } else {
+        let lines: Vec<String> = i.runner_config.iter().map(|l| cell(l)).collect();
+        out.push_str(&format!(
+            "- Runner configuration changed: {}\n",
+            lines.join("; ")
+        ));
+    }
+    if !i.excluded.is_empty() {
+        let files: Vec<String> = i
+            .excluded
+            .iter()
+            .map(|p| format!("`{}`", cell(p)))
+            .collect();
+        out.push_str(&format!(
+            "- Not committed (written only by the test command): {}\n",
+            files.join(", ")
+        ));
+    }
+    out
+}
+
 /// Render the pull request description.
 pub fn render(r: &ReportInput) -> String {
     let pointer = format!("the full record is in `git agent log {}`", r.run_id);
     let mut head = String::new();
     head.push_str(&format!("<!-- git-agent run {} -->\n", r.run_id));
     let verdict = match r.state.as_str() {
-        "succeeded" => "Draft for review; verified by the project's tests.",
+        // "Verified" only when every integrity check passed and a test showed the problem.
+        "succeeded" => match &r.integrity {
+            Some(i) if i.passed && i.reproduced => {
+                "Draft for review; verified by the project's tests."
+            }
+            Some(i) if i.passed => {
+                "Draft for review; the project's tests pass, but **no test showed the problem** before the change."
+            }
+            Some(_) => "Draft for review; see the integrity checks below.",
+            None => "Draft for review; verified by the project's tests.",
+        },
         "failed" => "Draft for review; **verification did not pass** — see below.",
         "budget_exhausted" => {
             "Draft for review; **the budget ran out** before verification passed."
@@ -249,6 +352,9 @@ pub fn render(r: &ReportInput) -> String {
                 cut(&v.excerpt.replace("```", "ʼʼʼ"), 4000, &pointer)
             ));
         }
+    }
+    if let Some(i) = &r.integrity {
+        verify.push_str(&integrity_block(i));
     }
     if let Some(sb) = &r.sandbox {
         verify.push_str(&format!("\nSandbox: {}\n", cell(sb)));
@@ -399,6 +505,7 @@ mod tests {
                     title: "Make `add` add".into(),
                     files: vec!["src/lib.rs".into()],
                     status: StepStatus::Done,
+                    changes_tests: false,
                 },
                 PlanLine {
                     title: "Cover it with a test".into(),
@@ -408,6 +515,7 @@ mod tests {
                     } else {
                         StepStatus::Pending
                     },
+                    changes_tests: false,
                 },
             ],
             unplanned: vec!["README.md".into()],
@@ -435,6 +543,7 @@ mod tests {
                 },
             ],
             sandbox: None,
+            integrity: None,
             review: None,
             cost: vec![
                 CostLine {
@@ -482,6 +591,62 @@ mod tests {
         }
     }
 
+    /// The integrity block (issue 18) for a clean run and for a run that changed a test
+    /// file; the headline says "verified" only when every check passed and a test showed
+    /// the problem.
+    #[test]
+    fn integrity_block_snapshots() {
+        let mut clean = sample("succeeded");
+        clean.integrity = Some(Integrity {
+            clean_tree: Some(
+                "4 passed, 0 failed; the 1 that failed before now passes; none newly failing"
+                    .into(),
+            ),
+            held_out: Some("not needed: no test file of the base was changed".into()),
+            reproduction: Some("the baseline's failing tests (`adds`)".into()),
+            reproduced: true,
+            passed: true,
+            ..Integrity::default()
+        });
+        let body = render(&clean);
+        assert!(body.contains("verified by the project's tests"));
+        insta::assert_snapshot!(
+            "integrity_clean",
+            integrity_block(clean.integrity.as_ref().unwrap())
+        );
+
+        let mut changed = sample("failed");
+        changed.integrity = Some(Integrity {
+            test_files: vec![TestFileChange {
+                path: "tests/test_calc.py".into(),
+                how: vec![
+                    "1 assertion(s) removed or changed".into(),
+                    "an assertion that cannot fail added".into(),
+                ],
+            }],
+            runner_config: vec!["`conftest.py` is pytest's hooks and fixtures (approved by ada)".into()],
+            clean_tree: Some("2 passed, 0 failed; the 1 that failed before now passes; none newly failing".into()),
+            held_out: Some("1 passed, 1 failed; 1 still failing; none newly failing (base versions of `tests/test_calc.py`)".into()),
+            reproduction: None,
+            reproduced: true,
+            excluded: vec!["Cargo.lock".into()],
+            passed: false,
+        });
+        insta::assert_snapshot!(
+            "integrity_changed_test",
+            integrity_block(changed.integrity.as_ref().unwrap())
+        );
+
+        // Succeeded, but nothing failed before: never "verified".
+        let mut unshown = clean.clone();
+        if let Some(i) = unshown.integrity.as_mut() {
+            i.reproduced = false;
+        }
+        let body = render(&unshown);
+        assert!(!body.contains("verified by the project's tests"), "{body}");
+        assert!(body.contains("no test showed the problem"), "{body}");
+    }
+
     #[test]
     fn sections_come_in_order() {
         let body = render(&sample("succeeded"));
@@ -517,6 +682,7 @@ mod tests {
                 title: format!("step {i} {}", "y".repeat(40)),
                 files: vec![],
                 status: StepStatus::Pending,
+                changes_tests: false,
             })
             .collect();
         let body = render(&r);

@@ -61,8 +61,7 @@ impl Workbench {
         }
         led.rec.worktree = wt.path().to_path_buf();
         let policy = Arc::new(Policy::from_config(&svc.config)?);
-        let local: Arc<dyn Executor> =
-            Arc::new(LocalExecutor::new(wt.path(), svc.exec_options.clone())?);
+        let local = Arc::new(LocalExecutor::new(wt.path(), svc.exec_options.clone())?);
         // What confines the commands, as it is in force (not as asked): the first thing the
         // audit says about them, and a line of the report.
         let sb = local.sandbox();
@@ -71,13 +70,7 @@ impl Workbench {
             led.audit(Kind::Policy, json!({"sandbox_in_force": sb}))?;
             led.rec.sandbox = Some(line);
         }
-        // Every command of the run, tests included, ends by the run's deadline.
-        let executor: Arc<dyn Executor> = Arc::new(Bounded::new(
-            local,
-            svc.router.clone(),
-            svc.config.settings.budget.max_minutes,
-            svc.exec_options.timeout,
-        ));
+        let executor = bounded(svc, local);
         let ctx = ToolContext::new(wt.path(), policy, led.tool_events())
             .map_err(|e| Error::io("cannot open the worktree", wt.path(), e))?;
         if let Some(plan) = &led.rec.plan {
@@ -97,6 +90,28 @@ impl Workbench {
             executor,
         })
     }
+}
+
+/// Every command of the run, tests included, ends by the run's deadline.
+fn bounded(svc: &super::engine::Services, local: Arc<LocalExecutor>) -> Arc<dyn Executor> {
+    Arc::new(Bounded::new(
+        local,
+        svc.router.clone(),
+        svc.config.settings.budget.max_minutes,
+        svc.exec_options.timeout,
+    ))
+}
+
+/// An executor like the run's, rooted at `dir` (a clean checkout the final verification
+/// runs in): same sandbox, same limits, same deadline.
+pub(super) fn executor_at(
+    svc: &super::engine::Services,
+    dir: &std::path::Path,
+) -> Result<Arc<dyn Executor>> {
+    Ok(bounded(
+        svc,
+        Arc::new(LocalExecutor::new(dir, svc.exec_options.clone())?),
+    ))
 }
 
 #[cfg(test)]

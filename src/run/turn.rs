@@ -12,7 +12,7 @@ use tracing::Instrument as _;
 use super::engine::RunEvent;
 use super::error::{Error, Result};
 use super::ledger::Ledger;
-use super::record::PendingApproval;
+use super::record::{PendingApproval, first_line};
 use super::setup::Workbench;
 use super::state::RunState;
 use crate::audit::chain::Kind;
@@ -136,18 +136,28 @@ pub(super) async fn dispatch(
         name: led.svc.redactor.redact(&call.name),
         detail: led.svc.redactor.clean(detail),
     });
-    if bench.registry.get(&call.name).is_none() {
+    let Some(tool) = bench.registry.get(&call.name) else {
         return Ok(Dispatched::Done {
             text: format!("There is no tool `{}`.", call.name),
             is_error: true,
         });
-    }
-    match bench
+    };
+    let mutating = tool.mutating();
+    let result = bench
         .registry
         .dispatch(&bench.ctx, &call.name, call.arguments.clone())
         .instrument(tracing::debug_span!("tool_dispatch"))
-        .await
-    {
+        .await;
+    if mutating {
+        // Whatever the call changed in the worktree is its doing (a command's writes too).
+        let writer = match detail {
+            "" => format!("{} {}", call.name, call.id),
+            d => format!("{} {} ({})", call.name, call.id, first_line(d, 80)),
+        };
+        let writer = led.svc.redactor.redact(&writer);
+        super::attribution::observe(led, &bench.worktree, &writer)?;
+    }
+    match result {
         Ok(out) => Ok(Dispatched::Done {
             text: out.content,
             is_error: false,

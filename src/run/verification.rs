@@ -12,15 +12,20 @@ use std::time::Duration;
 use serde_json::json;
 use tracing::Instrument as _;
 
-use super::checkpoint;
+use std::path::Path;
+
 use super::engine::RunEvent;
 use super::error::Result;
 use super::ledger::Ledger;
-use super::report::VerifyLine;
-use super::setup::Workbench;
+use super::report::{Integrity, TestFileChange, VerifyLine};
+use super::setup::{self, Workbench};
+use super::{attribution, checkpoint};
 use crate::audit::chain::Kind;
-use crate::exec::{ExecRequest, Termination};
+use crate::config::Reproduce;
+use crate::exec::{ExecRequest, Executor, Termination};
+use crate::policy::{Approval, runner_config_change};
 use crate::verify::{self, Decision, Observation, RunResult, TestCommand};
+use crate::workspace::{ChangedBlob, FileStatus};
 
 /// Bytes of failure summary given to the model and the report.
 const FAILURE_SUMMARY_BYTES: usize = 6 * 1024;
@@ -35,6 +40,12 @@ pub(super) enum Check {
     OnRequest(usize),
     /// The final verification after `finish`, by fix attempt (from 1).
     Attempt(u32),
+    /// The same attempt in a clean checkout of what would be committed.
+    Clean(u32),
+    /// The same attempt with the base revision's versions of the changed test files.
+    HeldOut(u32),
+    /// The run's tests on the base revision's code: do they show the problem?
+    OnBase(u32),
 }
 
 impl std::fmt::Display for Check {
@@ -43,6 +54,9 @@ impl std::fmt::Display for Check {
             Check::Baseline => f.write_str("before"),
             Check::OnRequest(n) => write!(f, "run_tests {n}"),
             Check::Attempt(n) => write!(f, "attempt {n}"),
+            Check::Clean(n) => write!(f, "attempt {n}, clean checkout"),
+            Check::HeldOut(n) => write!(f, "attempt {n}, held-out tests"),
+            Check::OnBase(n) => write!(f, "attempt {n}, tests on the base code"),
         }
     }
 }
@@ -96,10 +110,40 @@ pub(super) fn test_command(led: &Ledger<'_>, from_flag: bool) -> Result<Option<T
     )
 }
 
-/// Run the test command once and read it against the record's baseline.
+/// Run the test command once in the run's worktree and read it against the record's
+/// baseline. What the run changes in the worktree is attributed to the test command.
 pub(super) async fn run_tests(
     led: &mut Ledger<'_>,
     bench: &Workbench,
+    cmd: &TestCommand,
+    check: Check,
+) -> Result<TestRun> {
+    attribution::observe(led, &bench.worktree, "a tool or command")?;
+    let run = run_tests_at(
+        led,
+        bench.executor.as_ref(),
+        bench.worktree.path(),
+        cmd,
+        check,
+    )
+    .await?;
+    attribution::observe(
+        led,
+        &bench.worktree,
+        &format!("{} ({check})", attribution::TEST_COMMAND),
+    )?;
+    // Saved now: a crash before the next save must not leave the test command's files
+    // looking like the model's on resume.
+    led.save()?;
+    Ok(run)
+}
+
+/// Run the test command once through `executor`, rooted at `root` (the worktree or a clean
+/// checkout), and read it against the record's baseline.
+async fn run_tests_at(
+    led: &mut Ledger<'_>,
+    executor: &dyn Executor,
+    root: &Path,
     cmd: &TestCommand,
     check: Check,
 ) -> Result<TestRun> {
@@ -107,8 +151,7 @@ pub(super) async fn run_tests(
     let since = std::time::SystemTime::now();
     let timeout =
         Duration::from_secs(u64::from(svc.config.settings.verify.timeout_minutes.max(1)) * 60);
-    let out = bench
-        .executor
+    let out = executor
         .run(ExecRequest::shell(cmd.command.clone()).timeout(timeout))
         .instrument(tracing::debug_span!("test_command"))
         .await?;
@@ -122,8 +165,7 @@ pub(super) async fn run_tests(
         Termination::Exited(c) => Some(c),
         _ => None,
     };
-    let junit =
-        verify::read_junit_reports(&led.rec.worktree, cmd.runner, since).unwrap_or_default();
+    let junit = verify::read_junit_reports(root, cmd.runner, since).unwrap_or_default();
     let obs = verify::observe(
         cmd,
         &RunResult {
@@ -136,7 +178,11 @@ pub(super) async fn run_tests(
     let result = match check {
         // Nothing to compare the baseline with: it says what fails already.
         Check::Baseline => baseline_result(&obs, exit_code),
-        Check::OnRequest(_) | Check::Attempt(_) => decision.headline(&obs),
+        Check::OnRequest(_) | Check::Attempt(_) | Check::Clean(_) | Check::HeldOut(_) => {
+            decision.headline(&obs)
+        }
+        // Not compared with the baseline: the question is which of the run's tests fail.
+        Check::OnBase(_) => baseline_result(&obs, exit_code),
     };
     let excerpt = if obs.exit_code == Some(0) {
         String::new()
@@ -199,27 +245,349 @@ pub(super) struct Verdict {
     pub(super) passed: bool,
     /// What the model is told when it did not (every stage's say, in order).
     pub(super) feedback: String,
+    /// A change waits for a person's approval (the run pauses; approved, the check runs again).
+    pub(super) pending: Option<Approval>,
 }
 
-/// The final verification of fix attempt `attempt`, its stages in order: the commit-time
-/// policy undoes what may not be committed (so the tree the tests pass on is the tree that is
-/// committed), then the test command decides against the baseline. Each stage's line goes to
-/// the record. A stage added here fails `passed` and says why in `feedback`.
+impl Verdict {
+    fn failed(feedback: String) -> Self {
+        Self {
+            passed: false,
+            feedback,
+            pending: None,
+        }
+    }
+}
+
+/// The final verification of fix attempt `attempt` — the verified-change contract — its
+/// stages in order, each able to fail the verdict and say why:
+///
+/// 1. the commit-time policy undoes what may not be committed, and a change to the test
+///    runner's configuration waits for a person (`policy.runner_config = "ask"`);
+/// 2. the test command in the worktree, against the baseline;
+/// 3. the same in a clean checkout of exactly what would be committed (no untracked or
+///    ignored file, caches empty), which decides;
+/// 4. when the run changed test files that the base has, the base's versions of them against
+///    the new code (held-out tests: a weakened assertion does not fix anything);
+/// 5. when the baseline showed no failing test, a test of the run's that fails on the base
+///    code and passes now (`verify.reproduce`).
+///
+/// The integrity block of the report is written as the stages go.
 pub(super) async fn final_check(
     led: &mut Ledger<'_>,
     bench: &Workbench,
     cmd: &TestCommand,
     attempt: u32,
 ) -> Result<Verdict> {
-    let refused = checkpoint::gate(led, bench)?;
+    let gated = checkpoint::gate(led, bench)?;
+    let mut integrity = Integrity {
+        excluded: led
+            .rec
+            .integrity
+            .as_ref()
+            .map(|i| i.excluded.clone())
+            .unwrap_or_default(),
+        ..Integrity::default()
+    };
+    add_excluded(&mut integrity, gated.excluded);
+    if let Some(approval) = gated.pending {
+        led.rec.integrity = Some(integrity);
+        return Ok(Verdict {
+            passed: false,
+            feedback: String::new(),
+            pending: Some(approval),
+        });
+    }
     let run = run_tests(led, bench, cmd, Check::Attempt(attempt)).await?;
     let mut feedback = run.feedback();
-    if !refused.is_empty() {
-        feedback.push_str(&format!("\n{refused}"));
+    if !gated.told.is_empty() {
+        feedback.push_str(&format!("\n{}", gated.told));
     }
-    let passed = run.decision.success;
     led.rec.verification.push(run.line);
-    Ok(Verdict { passed, feedback })
+
+    // What the tests wrote in the worktree is not part of the change.
+    add_excluded(
+        &mut integrity,
+        attribution::exclude_test_outputs(led, bench)?,
+    );
+    let svc = led.svc;
+    let base = svc.repo.resolve(&led.rec.base_sha)?;
+    let snapshot = bench.worktree.snapshot()?;
+    let changed = svc.repo.changed_blobs(base, snapshot)?;
+    describe_changes(led, &changed, &mut integrity);
+    if !run.decision.success {
+        led.rec.integrity = Some(integrity);
+        return Ok(Verdict::failed(feedback));
+    }
+    let name = format!("{}-verify", led.rec.run_id);
+
+    // 3. A clean checkout of what would be committed.
+    let clean = run_clean(led, &name, snapshot, cmd, Check::Clean(attempt)).await?;
+    integrity.clean_tree = Some(clean.line.result.clone());
+    let clean_ok = clean.decision.success;
+    let clean_feedback = clean.feedback();
+    let clean_obs = clean.obs.clone();
+    led.rec.verification.push(clean.line);
+    if !clean_ok {
+        led.rec.integrity = Some(integrity);
+        return Ok(Verdict::failed(format!(
+            "The tests pass in your working tree but not in a fresh checkout of what would be \
+             committed (untracked and ignored files, build outputs and caches do not count; \
+             only committed files do):\n{clean_feedback}"
+        )));
+    }
+
+    // 4. Held-out tests: the base's versions of the test files the run changed.
+    let held_out: Vec<String> = changed
+        .iter()
+        .filter(|c| c.status != FileStatus::Added && verify::is_test_path(&c.path))
+        .map(|c| c.path.clone())
+        .collect();
+    if held_out.is_empty() {
+        integrity.held_out = Some("not needed: no test file of the base was changed".into());
+    } else {
+        let commit = svc.repo.overlay(snapshot, base, &held_out)?;
+        let run = run_clean(led, &name, commit, cmd, Check::HeldOut(attempt)).await?;
+        let ok = run.decision.success;
+        integrity.held_out = Some(format!(
+            "{} (base versions of {})",
+            run.line.result,
+            quoted(&held_out)
+        ));
+        let said = run.feedback();
+        led.rec.verification.push(run.line);
+        let on_purpose = led
+            .rec
+            .plan
+            .as_ref()
+            .is_some_and(|p| p.steps.iter().any(|s| s.changes_tests));
+        if !ok && on_purpose {
+            // The request is about the tests themselves: a person decides, for exactly
+            // these test files' content.
+            let subject = format!(
+                "changed tests that fail in their base versions: {}",
+                held_out
+                    .iter()
+                    .map(|p| {
+                        let blob = changed
+                            .iter()
+                            .find(|c| &c.path == p)
+                            .map(|c| c.new.as_slice());
+                        format!("`{p}` at {}", checkpoint::fingerprint(blob))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            let approved = led
+                .rec
+                .approvals
+                .iter()
+                .find(|a| a.approves(checkpoint::TEST_CHANGE, &subject))
+                .map(|a| match &a.status {
+                    crate::policy::ApprovalStatus::Approved { by, .. } => by.clone(),
+                    _ => String::new(),
+                });
+            match approved {
+                Some(by) => {
+                    if let Some(h) = integrity.held_out.as_mut() {
+                        h.push_str(&format!(
+                            "; accepted: the plan changes these tests on purpose (approved by {by})"
+                        ));
+                    }
+                }
+                None => {
+                    led.rec.integrity = Some(integrity);
+                    let approval = Approval::pending(
+                        checkpoint::TEST_CHANGE,
+                        &subject,
+                        crate::policy::RiskTier::High,
+                        Vec::new(),
+                    );
+                    return Ok(Verdict {
+                        passed: false,
+                        feedback: String::new(),
+                        pending: Some(approval),
+                    });
+                }
+            }
+        } else if !ok {
+            led.rec.integrity = Some(integrity);
+            return Ok(Verdict::failed(format!(
+                "You changed test files that already existed ({}). With their versions from \
+                 the base revision, run against your code, the tests do not pass: changing a \
+                 test does not fix the code it tests. Fix the code; add new tests in addition \
+                 to the old ones rather than changing them.\n{said}",
+                quoted(&held_out)
+            )));
+        }
+    }
+
+    // 5. Reproduction: did a test show the problem before the change?
+    let mode = svc.config.settings.verify.reproduce;
+    if let Some(failing) = baseline_failures(led.rec.baseline.as_ref()) {
+        integrity.reproduced = true;
+        integrity.reproduction = Some(format!("the baseline's failing tests ({failing})"));
+    } else {
+        let new_tests = new_test_names(led.rec.baseline.as_ref(), &clean_obs);
+        let test_paths: Vec<String> = changed
+            .iter()
+            .filter(|c| c.status != FileStatus::Deleted && verify::is_test_path(&c.path))
+            .map(|c| c.path.clone())
+            .collect();
+        if new_tests.is_empty() || test_paths.is_empty() {
+            integrity.reproduction = Some(match mode {
+                Reproduce::Off => {
+                    "not asked (`verify.reproduce = \"off\"`); no test failed before the change"
+                        .into()
+                }
+                _ => "none: no test failed before the change and the change adds no test".into(),
+            });
+        } else {
+            let commit = svc.repo.overlay(base, snapshot, &test_paths)?;
+            let run = run_clean(led, &name, commit, cmd, Check::OnBase(attempt)).await?;
+            let failing_on_base: Vec<String> = new_tests
+                .iter()
+                .filter(|n| match &run.obs.report {
+                    Some(r) if r.names == verify::Names::Full => !r.passed.contains(*n),
+                    Some(r) => r.failed.contains(*n) || run.obs.exit_code != Some(0),
+                    None => run.obs.exit_code != Some(0),
+                })
+                .cloned()
+                .collect();
+            led.rec.verification.push(run.line);
+            if failing_on_base.is_empty() {
+                integrity.reproduction = Some(format!(
+                    "none: the new tests ({}) pass on the base code too, so they do not show the problem",
+                    quoted(&new_tests)
+                ));
+            } else {
+                integrity.reproduced = true;
+                integrity.reproduction = Some(format!(
+                    "{} fail(s) on the base code and pass(es) now",
+                    quoted(&failing_on_base)
+                ));
+            }
+        }
+        if !integrity.reproduced && mode == Reproduce::Require {
+            let why = integrity.reproduction.clone().unwrap_or_default();
+            led.rec.integrity = Some(integrity);
+            return Ok(Verdict::failed(format!(
+                "No test shows the problem ({why}). Add a test that fails on the base \
+                 revision's code and passes with your change (`verify.reproduce = \"require\"`), \
+                 then call finish again."
+            )));
+        }
+    }
+    integrity.passed = true;
+    led.rec.integrity = Some(integrity);
+    Ok(Verdict {
+        passed: true,
+        feedback,
+        pending: None,
+    })
+}
+
+/// Check `commit` out afresh as `name`, run the tests there and remove the checkout.
+async fn run_clean(
+    led: &mut Ledger<'_>,
+    name: &str,
+    commit: gix::ObjectId,
+    cmd: &TestCommand,
+    check: Check,
+) -> Result<TestRun> {
+    let svc = led.svc;
+    let tree = svc.repo.clean_checkout(name, commit)?;
+    let executor = setup::executor_at(svc, tree.path())?;
+    let run = run_tests_at(led, executor.as_ref(), tree.path(), cmd, check).await;
+    drop(executor);
+    if let Err(e) = tree.remove() {
+        tracing::warn!(error = %e, "cannot remove a clean checkout");
+    }
+    run
+}
+
+/// The failing tests the baseline named (or its failing exit), when it showed any.
+fn baseline_failures(baseline: Option<&Observation>) -> Option<String> {
+    let b = baseline?;
+    match &b.report {
+        Some(r) if !r.failed.is_empty() => {
+            Some(quoted(&r.failed.iter().cloned().collect::<Vec<_>>()))
+        }
+        _ => match b.exit_code {
+            Some(0) => None,
+            Some(c) => Some(format!("exit code {c}")),
+            None => Some("killed".into()),
+        },
+    }
+}
+
+/// Tests that pass now and that the baseline did not run: the run's new tests.
+fn new_test_names(baseline: Option<&Observation>, now: &Observation) -> Vec<String> {
+    let Some(r) = now
+        .report
+        .as_ref()
+        .filter(|r| r.names == verify::Names::Full)
+    else {
+        return Vec::new();
+    };
+    let before = baseline.and_then(|b| b.report.as_ref());
+    r.passed
+        .iter()
+        .filter(|n| before.is_none_or(|b| !b.passed.contains(*n) && !b.failed.contains(*n)))
+        .cloned()
+        .collect()
+}
+
+/// The test files and runner configuration the change touched, for the integrity block.
+fn describe_changes(led: &Ledger<'_>, changed: &[ChangedBlob], integrity: &mut Integrity) {
+    let test_command = led.rec.test_command.as_deref().unwrap_or("");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let approved: Vec<&Approval> = led
+        .rec
+        .approvals
+        .iter()
+        .filter(|a| a.request.tool == checkpoint::RUNNER_CONFIG)
+        .collect();
+    for c in changed {
+        let old = (c.status != FileStatus::Added).then_some(c.old.as_slice());
+        let new = (c.status != FileStatus::Deleted).then_some(c.new.as_slice());
+        if verify::is_test_path(&c.path) {
+            integrity.test_files.push(TestFileChange {
+                path: c.path.clone(),
+                how: verify::test_change(old.map(text).as_deref(), new.map(text).as_deref()),
+            });
+        }
+        if let Some(why) = runner_config_change(&c.path, old, new, test_command) {
+            let by = approved
+                .iter()
+                .find(|a| a.request.subject.contains(&format!("`{}`", c.path)))
+                .and_then(|a| match &a.status {
+                    crate::policy::ApprovalStatus::Approved { by, .. } => Some(by.clone()),
+                    _ => None,
+                });
+            integrity.runner_config.push(match by {
+                Some(by) => format!("{why} (approved by {by})"),
+                None => format!("{why} (allowed by the policy)"),
+            });
+        }
+    }
+}
+
+fn add_excluded(integrity: &mut Integrity, paths: Vec<String>) {
+    for p in paths {
+        if !integrity.excluded.contains(&p) {
+            integrity.excluded.push(p);
+        }
+    }
+}
+
+/// `a`, `b` and `c` as code spans, at most five named.
+fn quoted(names: &[String]) -> String {
+    let mut out: Vec<String> = names.iter().take(5).map(|n| format!("`{n}`")).collect();
+    if names.len() > 5 {
+        out.push(format!("{} more", names.len() - 5));
+    }
+    out.join(", ")
 }
 
 #[cfg(test)]
@@ -265,11 +633,17 @@ mod tests {
             .iter()
             .map(|v| v.when.as_str())
             .collect();
-        assert_eq!(whens, ["attempt 1", "attempt 2"]);
+        // The passing attempt is decided again in a clean checkout of what is committed.
+        assert_eq!(
+            whens,
+            ["attempt 1", "attempt 2", "attempt 2, clean checkout"]
+        );
+        let integrity = led.rec.integrity.as_ref().unwrap();
+        assert!(integrity.passed && integrity.reproduced, "{integrity:?}");
         assert_eq!(led.rec.verification[1].exit_code, Some(0));
         let events = w.events();
         assert_eq!(events[0], "verified before: exit code 1");
-        assert_eq!(events.len(), 3, "{events:?}");
+        assert_eq!(events.len(), 4, "{events:?}");
     }
 
     /// A file the policy refuses to commit is undone before the tests run, and the model is

@@ -32,6 +32,10 @@ pub struct PlanStep {
     /// Its status.
     #[serde(default)]
     pub status: StepStatus,
+    /// The step changes existing tests on purpose (the request is about the tests). The
+    /// held-out check then asks a person instead of failing the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changes_tests: bool,
 }
 
 /// The plan, as the model last gave it.
@@ -140,7 +144,8 @@ impl Tool for UpdatePlan {
                         "properties": {
                             "title": {"type": "string", "description": "What this step does."},
                             "files": {"type": "array", "items": {"type": "string"}, "description": "Worktree-relative files (or directories ending in /) this step will change."},
-                            "status": {"type": "string", "enum": ["pending", "in_progress", "done", "skipped"]}
+                            "status": {"type": "string", "enum": ["pending", "in_progress", "done", "skipped"]},
+                            "changes_tests": {"type": "boolean", "description": "True only when the request is to change existing tests themselves; a person then approves the test changes."}
                         },
                         "required": ["title"],
                         "additionalProperties": false

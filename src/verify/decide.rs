@@ -80,6 +80,10 @@ pub struct Decision {
     pub dropped: Vec<String>,
     /// Plain sentences explaining the verdict, for the report and the model.
     pub notes: Vec<String>,
+    /// The baseline named failing tests but this run's output could not be read into names:
+    /// not a success, whatever the exit code.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreadable: bool,
 }
 
 impl Decision {
@@ -103,6 +107,9 @@ impl Decision {
         }
         if !self.missing.is_empty() {
             parts.push(format!("{} failing before did not run", self.missing.len()));
+        }
+        if self.unreadable {
+            parts.push("the runner's output could not be read into test names".to_owned());
         }
         if self.basis != Basis::ExitCode {
             match self.newly_failing.len() {
@@ -141,6 +148,7 @@ pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
         missing: Vec::new(),
         dropped: Vec::new(),
         notes: Vec::new(),
+        unreadable: false,
     };
     let exit_ok = after.exit_code == Some(0);
     match after.exit_code {
@@ -154,6 +162,22 @@ pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
     }
 
     let Some(now) = usable(Some(after)) else {
+        // The baseline named failing tests: only names can show they pass now. An exit code
+        // of 0 with unreadable output is what a runner killed early (`os._exit(0)` in a
+        // conftest) or replaced (`"test": "echo ok"`) looks like, so it proves nothing.
+        if let Some(before) = usable(baseline)
+            && !before.failed.is_empty()
+        {
+            d.unreadable = true;
+            d.missing = before.failed.iter().cloned().collect();
+            d.notes.push(format!(
+                "the baseline named {} failing test(s), but the runner's output now names no \
+                 test at all, so nothing shows they pass; the exit code alone does not verify \
+                 a fix",
+                before.failed.len()
+            ));
+            return d;
+        }
         d.notes.push(
             "the failing tests could not be named from the output, so the exit code alone \
              decides"
@@ -373,6 +397,27 @@ mod tests {
         assert_eq!(d.basis, Basis::ExitCode);
         assert!(d.notes.iter().any(|n| n.contains("exit code alone")));
         assert!(!decide(Some(&before), &obs(1, None)).success);
+    }
+
+    /// Issue 18: a conftest calling `os._exit(0)`, or `"test": "echo ok"`, leaves an exit
+    /// code of 0 and nothing to read. Where the baseline named failures, that is no fix.
+    #[test]
+    fn unreadable_output_after_a_named_failing_baseline_is_not_a_fix() {
+        let before = obs(1, Some(report(Names::Full, &["a"], &["b"])));
+        let d = decide(Some(&before), &obs(0, None));
+        assert!(!d.success, "{d:?}");
+        assert!(d.unreadable);
+        assert_eq!(d.missing, ["b"]);
+        assert!(
+            d.headline(&obs(0, None))
+                .contains("could not be read into test names"),
+            "{}",
+            d.headline(&obs(0, None))
+        );
+        // A baseline that named no failure leaves the exit code to decide, and says so.
+        let clean = obs(0, Some(report(Names::Full, &["a"], &[])));
+        let d = decide(Some(&clean), &obs(0, None));
+        assert!(d.success && !d.unreadable);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 mod decide;
 mod detect;
 mod error;
+mod integrity;
 mod junit;
 mod parse;
 mod summary;
@@ -24,6 +25,7 @@ pub use detect::{
     reliable_command, resolve,
 };
 pub use error::{Error, Result};
+pub use integrity::{is_test_path, test_change};
 pub use junit::parse_junit_xml;
 pub use parse::{Counts, Format, Names, TestReport, parse_output, strip_ansi};
 pub use summary::failure_summary;

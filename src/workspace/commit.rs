@@ -127,7 +127,66 @@ impl Worktree {
     pub fn commit_all(&self, req: &CommitRequest) -> Result<Option<gix::ObjectId>> {
         // A fresh handle so config and index are read as they are now.
         let repo = Repo::open(self.path())?;
-        let changes = status(&repo)?;
+        let Some(Staged {
+            head,
+            tree,
+            mut index,
+            removed,
+        }) = self.stage(&repo)?
+        else {
+            return Ok(None);
+        };
+        let g = repo.gix();
+        let id = super::write_commit(
+            g,
+            (&req.author_name, &req.author_email),
+            req.time,
+            "HEAD",
+            &req.message(),
+            tree,
+            [head],
+        )?;
+        index.remove_entries(|_, path, _| removed.contains(path));
+        index.sort_entries();
+        index.remove_tree();
+        index
+            .write(Default::default())
+            .ctx(|| "writing the index".to_string())?;
+        Ok(Some(id))
+    }
+
+    /// The commit that [`Worktree::commit_all`] would make now, written to the object
+    /// database but on no branch: HEAD, the index and the files stay as they are. HEAD itself
+    /// when nothing differs. The clean-tree verification checks this commit out afresh, so
+    /// what the tests pass on is exactly what a checkpoint would commit.
+    pub fn snapshot(&self) -> Result<gix::ObjectId> {
+        let repo = Repo::open(self.path())?;
+        let Some(staged) = self.stage(&repo)? else {
+            return repo.resolve("HEAD");
+        };
+        let g = repo.gix();
+        let sig = gix::actor::Signature {
+            name: super::BOOKKEEPING.0.into(),
+            email: super::BOOKKEEPING.1.into(),
+            time: gix::date::Time::now_utc(),
+        };
+        let mut buf = gix::date::parse::TimeBuf::default();
+        let s = sig.to_ref(&mut buf);
+        Ok(g.new_commit_as(
+            s,
+            s,
+            "git-agent: snapshot for verification",
+            staged.tree,
+            [staged.head],
+        )
+        .ctx(|| "writing the snapshot commit".to_string())?
+        .id)
+    }
+
+    /// Stage every change into a tree (as `git add -A` would) and the index that goes with
+    /// it; `None` when the tree would equal HEAD's.
+    fn stage(&self, repo: &Repo) -> Result<Option<Staged>> {
+        let changes = status(repo)?;
         if changes.is_empty() {
             return Ok(None);
         }
@@ -239,23 +298,22 @@ impl Worktree {
         if tree == head_tree {
             return Ok(None);
         }
-        let id = super::write_commit(
-            g,
-            (&req.author_name, &req.author_email),
-            req.time,
-            "HEAD",
-            &req.message(),
+        Ok(Some(Staged {
+            head,
             tree,
-            [head],
-        )?;
-        index.remove_entries(|_, path, _| removed.contains(path));
-        index.sort_entries();
-        index.remove_tree();
-        index
-            .write(Default::default())
-            .ctx(|| "writing the index".to_string())?;
-        Ok(Some(id))
+            index,
+            removed,
+        }))
     }
+}
+
+/// Every change of a worktree staged: the tree a commit would hold, and the index to write
+/// once it is committed.
+struct Staged {
+    head: gix::ObjectId,
+    tree: gix::ObjectId,
+    index: gix::fs::FileSnapshot<gix::index::File>,
+    removed: std::collections::BTreeSet<BString>,
 }
 
 fn blob_from_file(

@@ -8,6 +8,7 @@
 //! This module must not know about models, tools or policy; it moves bytes between the object
 //! database, the index and the work tree.
 
+mod clean;
 mod commit;
 mod diff;
 mod error;
@@ -17,6 +18,7 @@ mod remote;
 mod repo;
 mod worktree;
 
+pub use clean::CleanTree;
 pub use commit::CommitRequest;
 pub use diff::{ChangedBlob, Diff, FileDiff, FileStatus};
 pub use error::{Error, Result};

@@ -54,7 +54,7 @@ pub enum Provenance {
     Reopened,
 }
 
-fn validate_name(name: &str, what: &str) -> Result<()> {
+pub(super) fn validate_name(name: &str, what: &str) -> Result<()> {
     let bad = name.is_empty()
         || name.starts_with('-')
         || name.starts_with('/')

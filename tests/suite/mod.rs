@@ -6,6 +6,7 @@ mod config;
 mod exec;
 mod github;
 mod index;
+mod integrity;
 mod layers;
 mod memory;
 mod model;

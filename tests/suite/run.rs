@@ -8,12 +8,12 @@ use serde_json::Value;
 
 /// A temp dir holding a git repository with the fixture committed on `main`, a private
 /// config home, and room for scripts.
-struct Fixture {
+pub(super) struct Fixture {
     tmp: tempfile::TempDir,
 }
 
 impl Fixture {
-    fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         copy_dir(
@@ -34,22 +34,22 @@ impl Fixture {
         Fixture { tmp }
     }
 
-    fn repo(&self) -> PathBuf {
+    pub(super) fn repo(&self) -> PathBuf {
         self.tmp.path().join("repo")
     }
 
-    fn user_config(&self, text: &str) {
+    pub(super) fn user_config(&self, text: &str) {
         std::fs::write(self.tmp.path().join("config/git-agent/config.toml"), text).unwrap();
     }
 
-    fn script(&self, lines: &[Value]) -> PathBuf {
+    pub(super) fn script(&self, lines: &[Value]) -> PathBuf {
         let p = self.tmp.path().join("script.jsonl");
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         std::fs::write(&p, text).unwrap();
         p
     }
 
-    fn agent(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    pub(super) fn agent(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-agent"));
         cmd.args(args)
             .arg("--repo")
@@ -62,7 +62,12 @@ impl Fixture {
         cmd.output().unwrap()
     }
 
-    fn fix(&self, script: &Path, extra: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, Value) {
+    pub(super) fn fix(
+        &self,
+        script: &Path,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> (Option<i32>, Value) {
         let model = format!("scripted:{}", script.display());
         let mut args = vec!["fix", "--json", "--model", &model];
         args.extend_from_slice(extra);
@@ -78,26 +83,26 @@ impl Fixture {
         (out.status.code(), json)
     }
 
-    fn run_dir(&self, run: &str) -> PathBuf {
+    pub(super) fn run_dir(&self, run: &str) -> PathBuf {
         self.repo().join(".git/agent/runs").join(run)
     }
 
-    fn report(&self, run: &str) -> String {
+    pub(super) fn report(&self, run: &str) -> String {
         std::fs::read_to_string(self.run_dir(run).join("pr.md")).unwrap()
     }
 }
 
-fn plan(files: &[&str]) -> Value {
+pub(super) fn plan(files: &[&str]) -> Value {
     serde_json::json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
         "steps": [{"title": "Make add add", "files": files}]}}]})
 }
 
-fn edit(path: &str, old: &str, new: &str) -> Value {
+pub(super) fn edit(path: &str, old: &str, new: &str) -> Value {
     serde_json::json!({"role": "coder", "tool_calls": [{"name": "edit_file", "arguments": {
         "path": path, "old_text": old, "new_text": new}}]})
 }
 
-fn finish() -> Value {
+pub(super) fn finish() -> Value {
     serde_json::json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]})
 }
 
@@ -712,6 +717,23 @@ fn demo_runs_the_whole_loop() {
     let repo = tmp.path().join("demo-calc");
     let lib = git(&repo, &["show", "agent/demo-fix-add:src/lib.rs"]);
     assert!(lib.contains("a + b"));
+    // Attribution (issue 18): the `Cargo.lock` that only `cargo test` wrote is not the
+    // change, so it is not committed, and the report says so.
+    let files = git(
+        &repo,
+        &["diff", "--name-only", "main", "agent/demo-fix-add"],
+    );
+    assert_eq!(files.trim(), "src/lib.rs", "{files}");
+    assert!(
+        stdout.contains("Cargo.lock") || stderr.contains("Cargo.lock") || {
+            let runs = repo.join(".git/agent/runs");
+            std::fs::read_dir(&runs).unwrap().flatten().any(|d| {
+                std::fs::read_to_string(d.path().join("pr.md")).is_ok_and(|r| {
+                    r.contains("Not committed (written only by the test command): `Cargo.lock`")
+                })
+            })
+        }
+    );
 }
 
 /// `budget.max_output_tokens` (here from `GIT_AGENT_BUDGET_MAX_OUTPUT_TOKENS`) is what every

@@ -1,0 +1,287 @@
+//! Protected test-runner configuration: the files that decide what the test command runs and
+//! how, so that a change to them is never silent (issue 18).
+//!
+//! A `conftest.py` hook that turns failures into passes, a `pytest.py` at the root that
+//! shadows pytest under `python3 -m pytest`, `"test": "echo ok"` in `package.json`: each made
+//! a run "verified" without fixing anything. [`runner_config_change`] names such a change from
+//! the file's content before and after; the run then applies `policy.runner_config` (`ask` by
+//! default: a person approves that exact content, or the change is not committed).
+//!
+//! Where a file mixes runner settings with other things (`pyproject.toml`, `setup.cfg`,
+//! `package.json`, `Cargo.toml`), only the runner's part is compared, so an ordinary
+//! dependency or version bump goes through.
+
+use std::path::Path;
+
+/// Interpreters and runners a file in the tree could stand in for (a shim named `node` that
+/// `npm test` finds first on `PATH` through `node_modules/.bin`).
+const SHADOWED: &[&str] = &[
+    "python", "python3", "node", "nodejs", "npm", "npx", "pnpm", "yarn", "pytest", "py.test",
+    "cargo", "rustc", "go", "sh", "bash", "env", "make", "java", "mvn", "gradle",
+];
+
+/// Files that are runner configuration as a whole, by name.
+fn whole_file(name: &str, rela: &str) -> Option<&'static str> {
+    let starts = |p: &str| name.starts_with(p);
+    Some(match name {
+        "conftest.py" => "pytest's hooks and fixtures",
+        "pytest.ini" => "pytest's configuration",
+        "tox.ini" => "tox's configuration",
+        "noxfile.py" => "nox's sessions",
+        "sitecustomize.py" | "usercustomize.py" => "a module every Python process imports",
+        "pytest.py" => "a module that shadows pytest",
+        "build.rs" => "a Cargo build script (runs before the tests)",
+        ".taprc" => "tap's configuration",
+        _ if starts(".mocharc") => "mocha's configuration",
+        _ if starts("jest.config.") => "jest's configuration",
+        _ if starts("vitest.config.") || starts("vitest.workspace.") => "vitest's configuration",
+        _ if starts("vite.config.") => "vite's configuration (vitest reads it)",
+        _ if starts("ava.config.") => "ava's configuration",
+        _ if starts("karma.conf.") => "karma's configuration",
+        _ if rela.starts_with(".cargo/") || rela.contains("/.cargo/") => {
+            "Cargo's configuration (runners, flags)"
+        }
+        _ => return None,
+    })
+}
+
+/// Why changing `rela` from `old` to `new` (`None`: absent) changes how the tests run, or
+/// `None` when it does not. `test_command` is the run's test command (a `Makefile` counts when
+/// the tests run through `make`).
+pub fn runner_config_change(
+    rela: &str,
+    old: Option<&[u8]>,
+    new: Option<&[u8]>,
+    test_command: &str,
+) -> Option<String> {
+    if old == new {
+        return None;
+    }
+    let name = Path::new(rela)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(what) = whole_file(&name, rela) {
+        return Some(format!("`{rela}` is {what}"));
+    }
+    if rela.split('/').any(|c| c == "_pytest") {
+        return Some(format!("`{rela}` shadows pytest's own package"));
+    }
+    let base = name.split('.').next().unwrap_or("");
+    let versioned_python =
+        name.starts_with("python3.") && name[8..].chars().all(|c| c.is_ascii_digit());
+    if SHADOWED.contains(&name.as_str())
+        || versioned_python
+        || (base == "python3" && name.ends_with(".exe"))
+    {
+        return Some(format!(
+            "`{rela}` is named like the `{name}` program and can stand in for it"
+        ));
+    }
+    let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+    let (old_t, new_t) = (text(old), text(new));
+    match name.as_str() {
+        "pyproject.toml" => toml_parts_differ(
+            old_t.as_deref(),
+            new_t.as_deref(),
+            &[
+                &["tool", "pytest"],
+                &["tool", "tox"],
+                &["tool", "nox"],
+                &["tool", "hatch", "envs"],
+            ],
+        )
+        .map(|part| format!("`{rela}`: [{part}] changed (the test runner's settings)")),
+        "Cargo.toml" => toml_parts_differ(
+            old_t.as_deref(),
+            new_t.as_deref(),
+            &[
+                &["profile"],
+                &["test"],
+                &["lib"],
+                &["bin"],
+                &["bench"],
+                &["package", "build"],
+                &["package", "autotests"],
+                &["package", "autobins"],
+            ],
+        )
+        .map(|part| format!("`{rela}`: [{part}] changed (how tests are built and run)")),
+        "package.json" => json_parts_differ(
+            old_t.as_deref(),
+            new_t.as_deref(),
+            &["scripts", "jest", "mocha", "ava", "tap", "vitest"],
+        )
+        .map(|part| format!("`{rela}`: `{part}` changed (what `npm test` runs and how)")),
+        "setup.cfg" => ini_sections_differ(
+            old_t.as_deref(),
+            new_t.as_deref(),
+            &["tool:pytest", "pytest", "tox:tox"],
+        )
+        .map(|s| format!("`{rela}`: [{s}] changed (the test runner's settings)")),
+        "Makefile" | "makefile" | "GNUmakefile" if mentions_make(test_command) => Some(format!(
+            "`{rela}` decides what `{}` runs",
+            test_command.trim()
+        )),
+        _ => None,
+    }
+}
+
+fn mentions_make(cmd: &str) -> bool {
+    cmd.split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
+        .any(|w| w == "make" || w == "gmake")
+}
+
+/// The first of `parts` (dotted key paths) whose value differs between two TOML documents.
+/// A document that does not parse differs in every part it might hold.
+fn toml_parts_differ(old: Option<&str>, new: Option<&str>, parts: &[&[&str]]) -> Option<String> {
+    let parse = |t: Option<&str>| -> Result<Option<toml::Table>, ()> {
+        match t {
+            None => Ok(None),
+            Some(t) => t.parse::<toml::Table>().map(Some).map_err(|_| ()),
+        }
+    };
+    let (Ok(a), Ok(b)) = (parse(old), parse(new)) else {
+        return Some(parts[0].join("."));
+    };
+    let get = |t: &Option<toml::Table>, path: &[&str]| -> Option<toml::Value> {
+        let mut cur = toml::Value::Table(t.clone()?);
+        for k in path {
+            cur = cur.as_table()?.get(*k)?.clone();
+        }
+        Some(cur)
+    };
+    parts
+        .iter()
+        .find(|p| get(&a, p) != get(&b, p))
+        .map(|p| p.join("."))
+}
+
+/// The first of `keys` (top-level) whose value differs between two JSON documents.
+fn json_parts_differ(old: Option<&str>, new: Option<&str>, keys: &[&str]) -> Option<String> {
+    let parse = |t: Option<&str>| -> Result<Option<serde_json::Value>, ()> {
+        match t {
+            None => Ok(None),
+            Some(t) => serde_json::from_str(t).map(Some).map_err(|_| ()),
+        }
+    };
+    let (Ok(a), Ok(b)) = (parse(old), parse(new)) else {
+        return Some(keys[0].to_string());
+    };
+    let get = |v: &Option<serde_json::Value>, k: &str| v.as_ref().and_then(|v| v.get(k)).cloned();
+    keys.iter()
+        .find(|k| get(&a, k) != get(&b, k))
+        .map(|k| (*k).to_string())
+}
+
+/// The first of `sections` whose lines differ between two INI documents.
+fn ini_sections_differ(old: Option<&str>, new: Option<&str>, sections: &[&str]) -> Option<String> {
+    let section = |t: Option<&str>, want: &str| -> Vec<String> {
+        let mut inside = false;
+        let mut lines = Vec::new();
+        for line in t.unwrap_or("").lines() {
+            let l = line.trim();
+            if l.starts_with('[') && l.ends_with(']') {
+                let name = l[1..l.len() - 1].trim();
+                inside = name == want || name.starts_with(&format!("{want}:"));
+                continue;
+            }
+            if inside && !l.is_empty() && !l.starts_with('#') && !l.starts_with(';') {
+                lines.push(l.to_string());
+            }
+        }
+        lines
+    };
+    sections
+        .iter()
+        .find(|s| section(old, s) != section(new, s))
+        .map(|s| (*s).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(rela: &str, old: Option<&str>, new: Option<&str>) -> Option<String> {
+        runner_config_change(
+            rela,
+            old.map(str::as_bytes),
+            new.map(str::as_bytes),
+            "python3 -m pytest",
+        )
+    }
+
+    #[test]
+    fn whole_files_and_shadows_are_runner_configuration() {
+        for p in [
+            "conftest.py",
+            "tests/conftest.py",
+            "pytest.ini",
+            "tox.ini",
+            "pytest.py",
+            "sitecustomize.py",
+            "_pytest/__init__.py",
+            "jest.config.js",
+            "vitest.config.ts",
+            ".mocharc.yml",
+            "build.rs",
+            ".cargo/config.toml",
+            "node_modules/.bin/node",
+            "bin/python3",
+            "tools/python3.12",
+        ] {
+            assert!(change(p, None, Some("x")).is_some(), "{p}");
+        }
+        // Deleting one is a change too; an unchanged one is not.
+        assert!(change("conftest.py", Some("x"), None).is_some());
+        assert_eq!(change("conftest.py", Some("x"), Some("x")), None);
+        for p in [
+            "calc.py",
+            "tests/test_calc.py",
+            "src/node.rs",
+            "python3_notes.md",
+            "README.md",
+        ] {
+            assert_eq!(change(p, None, Some("x")), None, "{p}");
+        }
+    }
+
+    #[test]
+    fn mixed_files_count_only_their_runner_part() {
+        let base = "[project]\nname = \"x\"\nversion = \"1\"\n[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n";
+        let bumped = base.replace("version = \"1\"", "version = \"2\"");
+        assert_eq!(change("pyproject.toml", Some(base), Some(&bumped)), None);
+        let deselected = format!("{base}addopts = \"--deselect tests/test_calc.py::test_add\"\n");
+        let why = change("pyproject.toml", Some(base), Some(&deselected)).unwrap();
+        assert!(why.contains("tool.pytest"), "{why}");
+        assert!(change("pyproject.toml", Some(base), Some("not toml [")).is_some());
+
+        let pkg = r#"{"name":"x","version":"1.0.0","scripts":{"test":"node --test"}}"#;
+        let echo = r#"{"name":"x","version":"1.0.0","scripts":{"test":"echo ok"}}"#;
+        let bumped = r#"{"name":"x","version":"1.0.1","scripts":{"test":"node --test"}}"#;
+        assert!(
+            change("package.json", Some(pkg), Some(echo))
+                .unwrap()
+                .contains("scripts")
+        );
+        assert_eq!(change("package.json", Some(pkg), Some(bumped)), None);
+
+        let cargo = "[package]\nname = \"x\"\n[dependencies]\n";
+        let dep = "[package]\nname = \"x\"\n[dependencies]\nitoa = \"1\"\n";
+        let harness = "[package]\nname = \"x\"\n[[test]]\nname = \"t\"\nharness = false\n";
+        assert_eq!(change("Cargo.toml", Some(cargo), Some(dep)), None);
+        assert!(change("Cargo.toml", Some(cargo), Some(harness)).is_some());
+
+        let cfg = "[metadata]\nname = x\n[tool:pytest]\ntestpaths = tests\n";
+        let other = cfg.replace("name = x", "name = y");
+        let skipped = format!("{cfg}addopts = -k 'not add'\n");
+        assert_eq!(change("setup.cfg", Some(cfg), Some(&other)), None);
+        assert!(change("setup.cfg", Some(cfg), Some(&skipped)).is_some());
+
+        // A Makefile only matters when the tests run through make.
+        assert_eq!(change("Makefile", Some("a:\n"), Some("b:\n")), None);
+        assert!(
+            runner_config_change("Makefile", Some(b"a:\n"), Some(b"b:\n"), "make test").is_some()
+        );
+    }
+}
