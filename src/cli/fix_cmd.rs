@@ -260,6 +260,7 @@ fn exit_code(state: RunState) -> u8 {
     match state {
         RunState::Succeeded => exit::SUCCEEDED,
         RunState::BudgetExhausted => exit::BUDGET,
+        RunState::EnvironmentFailed => exit::ENVIRONMENT,
         RunState::AwaitingApproval => exit::AWAITING_APPROVAL,
         _ => exit::FAILED,
     }

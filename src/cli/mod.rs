@@ -22,6 +22,9 @@ pub mod exit {
     pub const AWAITING_APPROVAL: u8 = 4;
     /// Refused by policy.
     pub const POLICY: u8 = 5;
+    /// The project's tests could not run at all before any change (the run's
+    /// `environment_failed`): set-up or the test command needs fixing, not the code.
+    pub const ENVIRONMENT: u8 = 6;
     /// A fault of git-agent itself, not of the request, the configuration or the
     /// environment: its own state could not be read or written (run directory, audit log,
     /// worktree), a command could not be started or waited for, or it panicked. Worth a bug

@@ -27,6 +27,7 @@ use crate::exec::ExecOptions;
 use crate::failpoint::failpoint;
 use crate::model::{self, Message, Role, Router, ToolCall};
 use crate::task::{Mode, Task, strip_hidden_text};
+use crate::verify;
 use crate::workspace::Repo;
 
 /// Replies without a tool call tolerated in a row before the run stops.
@@ -381,6 +382,9 @@ impl<'a> Active<'a> {
                 RunState::Analyzing => {
                     self.prepare()?;
                     self.analyze().await?;
+                    if self.led.rec.state.is_terminal() {
+                        return Ok(());
+                    }
                     failpoint("after-baseline");
                     self.led.transition(RunState::Planning)?;
                 }
@@ -428,9 +432,27 @@ impl<'a> Active<'a> {
             && self.led.rec.baseline.is_none()
         {
             let (led, bench) = self.parts()?;
-            let run = verification::run_tests(led, bench, cmd, Check::Baseline).await?;
+            let mut run = verification::run_tests(led, bench, cmd, Check::Baseline).await?;
+            let problem = verify::environment_problem(
+                cmd,
+                run.obs.exit_code,
+                &run.output,
+                run.obs.report.as_ref(),
+            );
+            if let Some(p) = &problem {
+                // Not a bug to fix: stop before the first model turn and say what was seen.
+                run.line.result = format!("could not run: {}", p.why);
+                run.line.excerpt = led.svc.redactor.redact(&p.lines.join("\n"));
+            }
             led.rec.baseline = Some(run.obs);
             led.rec.verification.push(run.line);
+            if let Some(p) = problem {
+                led.rec.notes.push(format!(
+                    "The project's tests could not run before any change: {}. {}",
+                    p.why, p.hint
+                ));
+                led.transition(RunState::EnvironmentFailed)?;
+            }
         }
         Ok(())
     }

@@ -483,6 +483,7 @@ fn state_line(state: RunState) -> &'static str {
         RunState::Failed => "❌ failed",
         RunState::Cancelled => "⏹️ cancelled",
         RunState::BudgetExhausted => "💸 budget exhausted",
+        RunState::EnvironmentFailed => "🧰 the tests could not run",
     }
 }
 

@@ -274,6 +274,9 @@ pub fn render(r: &ReportInput) -> String {
             "Draft for review; **the budget ran out** before verification passed."
         }
         "awaiting_approval" => "**Paused: waiting for approval** — see below.",
+        "environment_failed" => {
+            "**The project's tests could not run** before any change, so nothing was attempted — see below."
+        }
         "cancelled" => "**Cancelled.**",
         _ => "In progress.",
     };

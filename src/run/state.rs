@@ -1,7 +1,8 @@
 //! The run's state machine and its durable record.
 //!
 //! `queued → analyzing → planning → editing → testing ⇄ fixing → (awaiting_approval) →
-//! succeeded | failed | cancelled | budget_exhausted`. Every transition is written to
+//! succeeded | failed | cancelled | budget_exhausted`, and `analyzing → environment_failed` when
+//! the baseline cannot run at all. Every transition is written to
 //! `state.json` in the run directory (atomically: temp file, fsync, rename) before the run
 //! acts on it, so a process killed at any moment resumes from the last written state.
 
@@ -38,6 +39,9 @@ pub enum RunState {
     Cancelled,
     /// A budget ran out.
     BudgetExhausted,
+    /// The baseline test command could not run at all (not installed, nothing collected,
+    /// dependencies missing): the run stopped before the first model turn.
+    EnvironmentFailed,
 }
 
 impl RunState {
@@ -49,6 +53,7 @@ impl RunState {
                 | RunState::Failed
                 | RunState::Cancelled
                 | RunState::BudgetExhausted
+                | RunState::EnvironmentFailed
         )
     }
 
@@ -66,6 +71,7 @@ impl RunState {
             RunState::Failed => "failed",
             RunState::Cancelled => "cancelled",
             RunState::BudgetExhausted => "budget_exhausted",
+            RunState::EnvironmentFailed => "environment_failed",
         }
     }
 
@@ -85,6 +91,7 @@ impl RunState {
         matches!(
             (self, next),
             (Queued, Analyzing)
+                | (Analyzing, EnvironmentFailed)
                 | (Analyzing, Planning)
                 | (Planning, Editing)
                 | (Planning, Succeeded)
@@ -133,6 +140,7 @@ mod tests {
             RunState::Failed,
             RunState::Cancelled,
             RunState::BudgetExhausted,
+            RunState::EnvironmentFailed,
         ] {
             assert!(s.is_terminal());
             assert!(!s.can_move_to(RunState::Editing));

@@ -70,6 +70,8 @@ pub(super) struct TestRun {
     pub(super) line: VerifyLine,
     /// The verdict against the baseline.
     pub(super) decision: Decision,
+    /// stdout then stderr, as captured (not redacted: it stays in the process).
+    pub(super) output: String,
 }
 
 impl TestRun {
@@ -214,6 +216,7 @@ async fn run_tests_at(
         obs,
         line,
         decision,
+        output: text,
     })
 }
 

@@ -13,6 +13,7 @@
 
 mod decide;
 mod detect;
+mod environment;
 mod error;
 mod integrity;
 mod junit;
@@ -24,6 +25,7 @@ pub use detect::{
     CommandSource, Reliable, Runner, TestCommand, detect, junit_report_dirs, read_junit_reports,
     reliable_command, resolve,
 };
+pub use environment::{EnvironmentProblem, environment_problem};
 pub use error::{Error, Result};
 pub use integrity::{is_test_path, test_change};
 pub use junit::parse_junit_xml;

@@ -439,3 +439,70 @@ fn skipping_or_deleting_the_failing_test_is_no_fix() {
         );
     }
 }
+
+/// Issue 19: a baseline that cannot run is its own outcome. A test runner that is not
+/// installed, or test modules that cannot be imported, end `environment_failed` (exit 6)
+/// before any model turn, with the decisive lines and what would help.
+#[test]
+fn a_baseline_that_cannot_run_ends_before_any_model_turn() {
+    // `jest` is named by the test script but not installed.
+    let js = Fixture::new("js-add");
+    let pkg = std::fs::read_to_string(js.repo().join("package.json"))
+        .unwrap()
+        .replace("node --test", "jest");
+    std::fs::write(js.repo().join("package.json"), pkg).unwrap();
+    git(
+        &js.repo(),
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qam",
+            "jest",
+        ],
+    );
+    // A test module importing a dependency that is not installed.
+    let py = Fixture::new("python-add");
+    let tests = std::fs::read_to_string(py.repo().join("tests/test_calc.py")).unwrap();
+    std::fs::write(
+        py.repo().join("tests/test_calc.py"),
+        format!("import attrs_not_installed_anywhere\n{tests}"),
+    )
+    .unwrap();
+    git(
+        &py.repo(),
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qam",
+            "dep",
+        ],
+    );
+    for (f, why) in [
+        (&js, "program was not found"),
+        (&py, "could not be imported"),
+    ] {
+        // A model that would plan if asked: it never is.
+        let script = f.script(&[plan(&["calc.py"]), finish()]);
+        let (code, json) = f.fix(&script, &["fix add"], &[]);
+        assert_eq!(
+            (json["state"].as_str(), code),
+            (Some("environment_failed"), Some(6)),
+            "{json}"
+        );
+        let run = run_id(&json);
+        let rec: Value =
+            serde_json::from_slice(&std::fs::read(f.run_dir(&run).join("record.json")).unwrap())
+                .unwrap();
+        assert_eq!(rec["turns"], 0, "no model turn: {rec}");
+        let report = f.report(&run);
+        assert!(report.contains("could not run"), "{report}");
+        assert!(report.contains(why), "{report}");
+        assert!(report.contains("--test-cmd"), "{report}");
+    }
+}

@@ -1,0 +1,244 @@
+//! A baseline that cannot run is not a bug to fix (issue 19): the test command's program is
+//! not installed, the test modules cannot even be imported, nothing is collected, or the
+//! dependencies cannot be fetched. Spending model turns "fixing" that only burns money (seen
+//! on real projects: three fix attempts against `No module named pytest`), so the run stops
+//! before the first model turn with `environment_failed` and says what it saw.
+//!
+//! Only a run in which no test ran at all is judged here: once any test passes or fails, the
+//! environment works and what fails is the project's business.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::detect::{Runner, TestCommand};
+use super::parse::{TestReport, strip_ansi};
+
+/// Why the tests could not run, with the lines that show it and what would help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvironmentProblem {
+    /// One sentence: what is wrong.
+    pub why: String,
+    /// The decisive lines of the output (at most a few).
+    pub lines: Vec<String>,
+    /// What to change so the tests can run.
+    pub hint: String,
+}
+
+struct Sign {
+    pattern: &'static str,
+    why: &'static str,
+}
+
+/// Output lines that show the environment, not the code, is at fault, in the order they are
+/// looked for.
+const SIGNS: &[Sign] = &[
+    Sign {
+        pattern: r"No module named '?pytest'?\b",
+        why: "pytest is not installed where the test command runs",
+    },
+    Sign {
+        pattern: r"(?i)(?:command not found|: not found$|: No such file or directory$|exec: .*: not found)",
+        why: "the test command's program was not found",
+    },
+    Sign {
+        pattern: r#"Missing script: "?test"?"#,
+        why: "the package has no `test` script",
+    },
+    Sign {
+        pattern: r"(?:ImportError while importing test module|ERROR collecting|ModuleNotFoundError: No module named)",
+        why: "the test modules could not be imported (a dependency or the project itself is not installed)",
+    },
+    Sign {
+        pattern: r"(?:Cannot find module '[^'./][^']*'|ERR_MODULE_NOT_FOUND)",
+        why: "a JavaScript dependency is missing (no node_modules?)",
+    },
+    Sign {
+        pattern: r"(?:failed to get `[^`]+` as a dependency|failed to download|no matching package named|failed to load source for dependency|attempting to make an HTTP request, but --offline was specified|Couldn't resolve host name|failed to query replaced source registry)",
+        why: "the crate's dependencies could not be fetched",
+    },
+    Sign {
+        pattern: r"(?:no tests ran|collected 0 items|^running 0 tests$|No tests found|^# tests 0$|ℹ tests 0)",
+        why: "no tests were collected",
+    },
+];
+
+fn compiled() -> &'static [(Option<Regex>, &'static str)] {
+    static RES: LazyLock<Vec<(Option<Regex>, &'static str)>> = LazyLock::new(|| {
+        SIGNS
+            .iter()
+            .map(|s| (Regex::new(&format!("(?m){}", s.pattern)).ok(), s.why))
+            .collect()
+    });
+    &RES
+}
+
+/// What the baseline run says about the environment: `Some` when no test ran at all and the
+/// output (or an exit code of 127) shows why.
+pub fn environment_problem(
+    cmd: &TestCommand,
+    exit_code: Option<i32>,
+    output: &str,
+    report: Option<&TestReport>,
+) -> Option<EnvironmentProblem> {
+    let text = strip_ansi(output);
+    // pytest names a module it could not collect as a failure (`ERROR tests/test_x.py`):
+    // that is no test having run.
+    static COLLECTING: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new(r"ERROR collecting (\S+)").ok());
+    let uncollected: Vec<&str> = COLLECTING
+        .as_ref()
+        .map(|re| {
+            re.captures_iter(&text)
+                .filter_map(|c| c.get(1).map(|m| m.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let any_ran = report.is_some_and(|r| {
+        !r.passed.is_empty()
+            || r.counts.passed > 0
+            || r.failed.iter().any(|n| !uncollected.contains(&n.as_str()))
+    });
+    if any_ran {
+        return None;
+    }
+    let mut found: Option<(&str, Vec<String>)> = None;
+    for (re, why) in compiled() {
+        let Some(re) = re else { continue };
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| re.is_match(l.trim_end()))
+            .take(3)
+            .map(|l| l.trim().chars().take(300).collect())
+            .collect();
+        if !lines.is_empty() {
+            found = Some((why, lines));
+            break;
+        }
+    }
+    let (why, lines) = match (found, exit_code) {
+        (Some(f), _) => f,
+        (None, Some(127)) => (
+            "the test command's program was not found (exit code 127)",
+            last_lines(&text),
+        ),
+        // Every test ran zero times and the command says it passed: nothing was tested.
+        (None, Some(0)) if report.is_some() => ("no tests were collected", last_lines(&text)),
+        _ => return None,
+    };
+    Some(EnvironmentProblem {
+        why: why.to_string(),
+        lines,
+        hint: hint(cmd),
+    })
+}
+
+fn last_lines(text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(3)..]
+        .iter()
+        .map(|l| l.trim().chars().take(300).collect())
+        .collect()
+}
+
+/// What to change, by runner.
+fn hint(cmd: &TestCommand) -> String {
+    let what = match cmd.runner {
+        Runner::Pytest => {
+            "install the project and its test dependencies where the tests run (for example a virtualenv with `pip install -e .[test]` and pytest) and name the command that uses it"
+        }
+        Runner::Npm | Runner::Pnpm | Runner::Yarn => {
+            "install the dependencies first (`npm ci` with the lockfile) so `node_modules` exists, and check the `test` script"
+        }
+        Runner::Cargo => {
+            "fetch the dependencies before the run (`cargo fetch`, with a `Cargo.lock`) so the tests can build offline, or allow the registry in `[policy] network_allow`"
+        }
+        _ => "make the test command runnable from a fresh checkout in the sandbox",
+    };
+    format!(
+        "The code was not touched: {what}; then give the command with `--test-cmd` or `[verify] test` in `.github/agent.toml` (`git agent doctor` shows what a run sees)."
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::{CommandSource, parse_output};
+
+    fn cmd(command: &str, runner: Runner) -> TestCommand {
+        TestCommand {
+            command: command.into(),
+            runner,
+            source: CommandSource::Config,
+            script: None,
+        }
+    }
+
+    fn problem(c: &TestCommand, code: i32, out: &str) -> Option<EnvironmentProblem> {
+        let report = parse_output(Some(c.runner), out);
+        environment_problem(c, Some(code), out, report.as_ref())
+    }
+
+    #[test]
+    fn a_baseline_that_cannot_run_is_named() {
+        let py = cmd("python3 -m pytest", Runner::Pytest);
+        let p = problem(&py, 1, "/usr/bin/python3: No module named pytest\n").unwrap();
+        assert_eq!(p.why, "pytest is not installed where the test command runs");
+        assert_eq!(p.lines, ["/usr/bin/python3: No module named pytest"]);
+        assert!(p.hint.contains("pip install -e"), "{}", p.hint);
+
+        let collect = "==================================== ERRORS ====================================\n\
+_____________________ ERROR collecting tests/test_calc.py ______________________\n\
+ImportError while importing test module '/w/tests/test_calc.py'.\n\
+E   ModuleNotFoundError: No module named 'attrs'\n\
+=========================== short test summary info ============================\n\
+ERROR tests/test_calc.py\n\
+!!!!!!!!!!!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!!!!!!!!!!!\n\
+=============================== 1 error in 0.05s ===============================\n";
+        let p = problem(&py, 2, collect).unwrap();
+        assert!(p.why.contains("could not be imported"), "{p:?}");
+
+        let empty = "============================= test session starts ==============================\ncollected 0 items\n\n============================ no tests ran in 0.01s =============================\n";
+        assert_eq!(
+            problem(&py, 5, empty).unwrap().why,
+            "no tests were collected"
+        );
+
+        let npm = cmd("npm test", Runner::Npm);
+        let p = problem(
+            &npm,
+            127,
+            "> x@1.0.0 test\n> jest\n\nsh: 1: jest: not found\n",
+        )
+        .unwrap();
+        assert_eq!(p.why, "the test command's program was not found");
+        assert!(problem(&npm, 1, "npm error Missing script: \"test\"\n").is_some());
+
+        let cargo = cmd("cargo test", Runner::Cargo);
+        let out = "    Updating crates.io index\nerror: failed to get `itoa` as a dependency of package `x v0.1.0 (/w)`\n\nCaused by:\n  failed to load source for dependency `itoa`\n";
+        let p = problem(&cargo, 101, out).unwrap();
+        assert_eq!(p.why, "the crate's dependencies could not be fetched");
+        assert!(problem(&cmd("foo", Runner::Other), 127, "").is_some());
+    }
+
+    #[test]
+    fn a_baseline_where_any_test_ran_is_the_projects_business() {
+        let py = cmd("python3 -m pytest", Runner::Pytest);
+        // One test module cannot import a name (perhaps the bug itself), others ran.
+        let out = "tests/test_a.py::test_x PASSED\nERROR collecting tests/test_b.py\nE   ImportError: cannot import name 'y'\n========== 1 passed, 1 error in 0.1s ==========\n";
+        assert_eq!(problem(&py, 1, out), None);
+        // An ordinary failure.
+        let out = "tests/test_calc.py::test_add FAILED\n========== 1 failed in 0.1s ==========\n";
+        assert_eq!(problem(&py, 1, out), None);
+        // A compile error in the code under test is a bug to fix, not an environment.
+        let cargo = cmd("cargo test", Runner::Cargo);
+        assert_eq!(
+            problem(
+                &cargo,
+                101,
+                "error[E0308]: mismatched types\n --> src/lib.rs:2:5\n"
+            ),
+            None
+        );
+    }
+}
