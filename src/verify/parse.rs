@@ -252,11 +252,53 @@ pub fn parse_output(hint: Option<Runner>, output: &str) -> Option<TestReport> {
 // ---------------------------------------------------------------------------------------
 // cargo test (libtest)
 
+/// Reads libtest output, naming each test `binary(source)::path` after the `Running …` or
+/// `Doc-tests …` line of its test binary, so that `test_eq` in `src/lib.rs` and in
+/// `tests/api.rs` stay two tests.
+///
+/// cargo prints those lines on stderr and the tests print on stdout. Captured through one
+/// pipe (`2>&1`) each line precedes its binary's `running N tests`; captured as two streams
+/// and joined, every `running N tests` comes first and the binaries follow in the same order,
+/// so the k-th header belongs to the k-th binary. Both layouts give the same names. When the
+/// numbers differ (a `harness = false` binary that prints no header, output cut short) the
+/// binaries cannot be matched up, and names are left unqualified rather than guessed.
 fn parse_cargo(text: &str) -> Option<TestReport> {
     let running = re(
         r"^\s*Running (?:unittests )?(\S+) \((?:.*/)?([^/()]+?)(?:-[0-9a-f]{8,})?(?:\.exe)?\)\s*$",
     );
     let doc = re(r"^\s*Doc-tests (\S+)\s*$");
+    let header = re(r"^running \d+ tests?$");
+    let binary = |l: &str| {
+        if let Some(c) = running.captures(l) {
+            Some(format!("{}({})::", &c[2], &c[1]))
+        } else {
+            doc.captures(l).map(|c| format!("{}(doc)::", &c[1]))
+        }
+    };
+    // Split layout: the tests' stdout came before cargo's stderr.
+    let mut binaries: Vec<String> = Vec::new();
+    let mut headers = 0usize;
+    let mut header_first = false;
+    for l in text.lines() {
+        if let Some(b) = binary(l) {
+            binaries.push(b);
+        } else if header.is_match(l) {
+            header_first |= binaries.is_empty();
+            headers += 1;
+        }
+    }
+    let mut by_position = if header_first && binaries.len() == headers {
+        Some(binaries.into_iter())
+    } else {
+        if header_first && !binaries.is_empty() {
+            tracing::debug!(
+                binaries = binaries.len(),
+                headers,
+                "cargo output: test binaries and their headers do not pair up; names unqualified"
+            );
+        }
+        None
+    };
     let line = re(r"^test (.+?) \.\.\. (ok|FAILED|ignored.*|bench.*)$");
     let result = re(
         r"^test result: (?:ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; \d+ filtered out",
@@ -280,10 +322,14 @@ fn parse_cargo(text: &str) -> Option<TestReport> {
                 continue;
             }
         }
-        if let Some(c) = running.captures(l) {
-            prefix = format!("{}({})::", &c[2], &c[1]);
-        } else if let Some(c) = doc.captures(l) {
-            prefix = format!("{}(doc)::", &c[1]);
+        if let Some(b) = binary(l) {
+            if !header_first {
+                prefix = b;
+            }
+        } else if header.is_match(l) {
+            if let Some(b) = by_position.as_mut().and_then(Iterator::next) {
+                prefix = b;
+            }
         } else if let Some(c) = line.captures(l) {
             let name = format!("{prefix}{}", &c[1]);
             match &c[2] {
@@ -1106,6 +1152,63 @@ mod tests {
         let d = &r.details["fixture_add(src/lib.rs)::tests::adds_two_numbers"];
         assert!(d.contains("panicked at src/lib.rs:19:9"), "{d}");
         assert!(d.contains("left: -1"), "{d}");
+    }
+
+    /// Guards issue 19: `test_eq` in three binaries is three tests, not one, whether cargo's
+    /// stderr (its `Running …` lines) came through the tests' pipe or after their stdout.
+    #[test]
+    fn cargo_same_test_name_in_several_binaries_in_either_layout() {
+        let split = parse_output(
+            Some(Runner::Cargo),
+            include_str!("testdata/cargo_same_name_split.txt"),
+        )
+        .unwrap();
+        assert_eq!(split.names, Names::Full);
+        assert_eq!(
+            split.passed,
+            set(&[
+                "eqs(src/lib.rs)::tests::test_eq",
+                "second(tests/second.rs)::test_eq"
+            ])
+        );
+        assert_eq!(
+            split.failed,
+            set(&[
+                "first(tests/first.rs)::test_eq",
+                "eqs(doc)::src/lib.rs - add (line 3)"
+            ])
+        );
+        assert_eq!(split.skipped, set(&["second(tests/second.rs)::slow"]));
+        assert!(split.details["first(tests/first.rs)::test_eq"].contains("left: -1"));
+        assert!(split.details["eqs(doc)::src/lib.rs - add (line 3)"].contains("left: 0"));
+        let joined = parse_output(
+            Some(Runner::Cargo),
+            include_str!("testdata/cargo_same_name_interleaved.txt"),
+        )
+        .unwrap();
+        assert_eq!(
+            (&joined.passed, &joined.failed, &joined.skipped),
+            (&split.passed, &split.failed, &split.skipped)
+        );
+        assert_eq!(joined.counts, split.counts);
+    }
+
+    #[test]
+    fn cargo_binaries_that_do_not_pair_up_leave_names_unqualified() {
+        // The split run with one `Running` line lost: guessing would misname a binary.
+        let text = include_str!("testdata/cargo_same_name_split.txt").replace(
+            "     Running tests/second.rs (target/debug/deps/second-8fa355c45c7d1045)\n",
+            "",
+        );
+        let r = parse_output(Some(Runner::Cargo), &text).unwrap();
+        assert!(r.failed.contains("test_eq"), "{r:?}");
+        assert!(r.passed.contains("tests::test_eq"), "{r:?}");
+        assert!(
+            r.passed
+                .iter()
+                .chain(&r.failed)
+                .all(|n| !n.contains("::test_eq") || n == "tests::test_eq")
+        );
     }
 
     #[test]

@@ -63,6 +63,35 @@ fn edit(path: &Path, from: &str, to: &str) {
     std::fs::write(path, text.replacen(from, to, 1)).unwrap();
 }
 
+/// Runs a command line the way `run/verification.rs` captures it today: stdout and stderr
+/// through separate pipes, stderr appended after stdout.
+fn run_split(dir: &Path, command: &str) -> RunResult {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push('\n');
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    RunResult {
+        exit_code: out.status.code(),
+        output,
+    }
+}
+
+fn write(dir: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
 /// Baseline, fix, verify; then a regression on top of the fix must be caught.
 fn fix_then_regress(
     name: &str,
@@ -238,4 +267,55 @@ fn compile_error_gives_a_summary_with_the_compiler_message() {
     let d = decide(None, &obs);
     assert!(!d.success);
     assert_eq!(d.basis, Basis::ExitCode);
+}
+
+/// Guards issue 19: with stdout and stderr captured apart (cargo's `Running` lines on stderr,
+/// the tests on stdout), two tests of the same name in two test binaries stay two tests, and
+/// fixing one is not hidden by the other.
+#[test]
+fn cargo_same_test_name_in_two_binaries_with_stderr_captured_apart() {
+    let (_tmp, dir) = fixture("rust-add");
+    // A second integration test binary with a test named like the one in tests/api.rs.
+    write(
+        &dir,
+        &[(
+            "tests/twice.rs",
+            "#[test]\nfn sub_is_public() {\n    assert_eq!(fixture_add::add(1, 1), 2);\n}\n",
+        )],
+    );
+    let cmd = detected(&dir);
+    let command = reliable_command(&cmd).command;
+    let base_run = run_split(&dir, &command);
+    let baseline = observe(&cmd, &base_run, &[]);
+    let report = baseline.report.as_ref().expect("baseline parsed");
+    assert_eq!(report.names, Names::Full, "{}", base_run.output);
+    assert_eq!(
+        report.failed.iter().collect::<Vec<_>>(),
+        [
+            "fixture_add(src/lib.rs)::tests::adds_two_numbers",
+            "twice(tests/twice.rs)::sub_is_public"
+        ],
+        "{}",
+        base_run.output
+    );
+    assert!(
+        report.passed.contains("api(tests/api.rs)::sub_is_public"),
+        "{report:?}"
+    );
+
+    edit(
+        &dir.join("src/lib.rs"),
+        "a: i64, b: i64) -> i64 {\n    a - b",
+        "a: i64, b: i64) -> i64 {\n    a + b",
+    );
+    let fixed = observe(&cmd, &run_split(&dir, &command), &[]);
+    let d = decide(Some(&baseline), &fixed);
+    assert!(d.success, "{d:?}");
+    assert_eq!(
+        d.newly_passing,
+        [
+            "fixture_add(src/lib.rs)::tests::adds_two_numbers",
+            "twice(tests/twice.rs)::sub_is_public"
+        ]
+    );
 }
