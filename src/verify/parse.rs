@@ -430,13 +430,20 @@ fn parse_pytest(text: &str) -> Option<TestReport> {
             }
         }
     }
-    // Sections are titled `test_x[param]`, `TestClass.test_m` or `ERROR collecting path`.
+    // Sections are titled `test_x[param]`, `TestClass.test_m`, `ERROR collecting path` or,
+    // for a fixture that failed, `ERROR at setup of test_x` (`teardown`).
     let failed: Vec<String> = acc.failed.iter().cloned().collect();
     for (title, body) in sections {
         let key = title
             .strip_prefix("ERROR collecting ")
             .map(str::to_owned)
-            .unwrap_or_else(|| title.replace('.', "::"));
+            .unwrap_or_else(|| {
+                let test = ["ERROR at setup of ", "ERROR at teardown of "]
+                    .iter()
+                    .find_map(|p| title.strip_prefix(p))
+                    .unwrap_or(&title);
+                test.replace('.', "::")
+            });
         if let Some(name) = failed
             .iter()
             .find(|n| *n == &key || n.ends_with(&format!("::{key}")))
