@@ -15,6 +15,9 @@ pub enum Runner {
     Cargo,
     /// pytest.
     Pytest,
+    /// Python's unittest runner (`python -m unittest`), nose2, Django's `manage.py test`: the
+    /// same text output.
+    Unittest,
     /// `go test`.
     GoTest,
     /// `npm test` (the script decides the real runner).
@@ -52,7 +55,20 @@ impl Runner {
             "mvn" | "mvnw" => Runner::Maven,
             "gradle" | "gradlew" => Runner::Gradle,
             "make" => Runner::Make,
+            "nose2" => Runner::Unittest,
             _ if words.windows(2).any(|w| w == ["-m", "pytest"]) => Runner::Pytest,
+            _ if words
+                .windows(2)
+                .any(|w| w == ["-m", "unittest"] || w == ["-m", "nose2"]) =>
+            {
+                Runner::Unittest
+            }
+            _ if words
+                .windows(2)
+                .any(|w| w[0].ends_with("manage.py") && w[1] == "test") =>
+            {
+                Runner::Unittest
+            }
             _ => Runner::Other,
         }
     }
@@ -534,6 +550,16 @@ mod tests {
         assert_eq!(Runner::of_command("python -m pytest tests"), Runner::Pytest);
         assert_eq!(Runner::of_command("/usr/bin/go test ./..."), Runner::GoTest);
         assert_eq!(Runner::of_command("./gradlew check"), Runner::Gradle);
+        assert_eq!(
+            Runner::of_command("python3 -m unittest discover -s tests -v"),
+            Runner::Unittest
+        );
+        assert_eq!(Runner::of_command("python -m nose2 -v"), Runner::Unittest);
+        assert_eq!(Runner::of_command("nose2"), Runner::Unittest);
+        assert_eq!(
+            Runner::of_command("python manage.py test -v 2"),
+            Runner::Unittest
+        );
         assert_eq!(Runner::of_command("bash ci.sh"), Runner::Other);
     }
 
