@@ -43,6 +43,9 @@ fn run(dir: &Path, command: &str) -> RunResult {
         // Each fixture builds into its own temp dir, never the crate's target dir.
         .env("CARGO_TARGET_DIR", dir.join("target"))
         .env("NO_COLOR", "1")
+        // CPython trusts a cached .pyc whose source has the same size and mtime second: an
+        // edit like `2` → `3` right after a run would not be seen.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
     RunResult {
@@ -97,11 +100,23 @@ fn fix_then_regress(
     name: &str,
     expect_cmd: &str,
     failing: &str,
+    bug_fix: (&str, &str, &str),
+    regression: (&str, &str, &str),
+    regressed: &str,
+) {
+    let (_tmp, dir) = fixture(name);
+    fix_then_regress_in(&dir, expect_cmd, failing, bug_fix, regression, regressed);
+}
+
+fn fix_then_regress_in(
+    dir: &Path,
+    expect_cmd: &str,
+    failing: &str,
     (file, bug, fix): (&str, &str, &str),
     (rfile, rfrom, rto): (&str, &str, &str),
     regressed: &str,
 ) {
-    let (_tmp, dir) = fixture(name);
+    let dir = dir.to_owned();
     let cmd = detected(&dir);
     let reliable = reliable_command(&cmd);
     assert_eq!(reliable.command, expect_cmd, "{}", reliable.note);
@@ -267,6 +282,49 @@ fn compile_error_gives_a_summary_with_the_compiler_message() {
     let d = decide(None, &obs);
     assert!(!d.success);
     assert_eq!(d.basis, Basis::ExitCode);
+}
+
+/// A Python project that tests with unittest alone: detected as unittest (not pytest, which
+/// it does not install), run verbosely, and compared by test id with real CPython.
+#[test]
+fn python_unittest_project_fix_and_regression_with_real_python() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("unittest-add");
+    write(
+        &dir,
+        &[
+            (
+                "pyproject.toml",
+                "[project]\nname = \"calc\"\nversion = \"0.1\"\n",
+            ),
+            (
+                "calc.py",
+                "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n",
+            ),
+            ("tests/__init__.py", ""),
+            (
+                "tests/test_calc.py",
+                concat!(
+                    "import unittest\n\nfrom calc import add, sub\n\n\n",
+                    "class CalcTest(unittest.TestCase):\n",
+                    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n",
+                    "    def test_sub(self):\n        self.assertEqual(sub(5, 3), 2)\n",
+                ),
+            ),
+        ],
+    );
+    fix_then_regress_in(
+        &dir,
+        "python3 -m unittest -v",
+        "tests.test_calc.CalcTest.test_add",
+        (
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        ("tests/test_calc.py", "sub(5, 3), 2", "sub(5, 3), 3"),
+        "tests.test_calc.CalcTest.test_sub",
+    );
 }
 
 /// Guards issue 19: with stdout and stderr captured apart (cargo's `Running` lines on stderr,
