@@ -134,6 +134,22 @@ mod tests {
         assert!(!d.contains("a: 0"), "{d}");
     }
 
+    /// ava runs tests concurrently: a second run of the same project lists them in another
+    /// order, and must give the same names.
+    #[test]
+    fn ava_names_are_the_same_in_two_runs() {
+        let one = parse_output(None, include_str!("testdata/ava_default.txt")).unwrap();
+        let two = parse_output(None, include_str!("testdata/ava_default_run2.txt")).unwrap();
+        assert_ne!(
+            include_str!("testdata/ava_default.txt"),
+            include_str!("testdata/ava_default_run2.txt")
+        );
+        assert_eq!(
+            (&one.passed, &one.failed, &one.skipped, &one.details),
+            (&two.passed, &two.failed, &two.skipped, &two.details)
+        );
+    }
+
     #[test]
     fn ava_failure_message_is_not_part_of_the_name() {
         let r = parse_output(None, include_str!("testdata/ava_misc.txt")).unwrap();

@@ -191,6 +191,21 @@ mod tests {
         assert!(r.details["slow > adds"].contains("0 == 2"));
     }
 
+    /// Durations change between runs; names must not.
+    #[test]
+    fn mocha_names_are_the_same_in_two_runs() {
+        let one = parse_output(None, include_str!("testdata/mocha_hook.txt")).unwrap();
+        let two = parse_output(None, include_str!("testdata/mocha_hook_run2.txt")).unwrap();
+        assert_ne!(
+            include_str!("testdata/mocha_hook.txt"),
+            include_str!("testdata/mocha_hook_run2.txt")
+        );
+        assert_eq!(
+            (&one.passed, &one.failed, &one.details),
+            (&two.passed, &two.failed, &two.details)
+        );
+    }
+
     #[test]
     fn mocha_failure_missing_from_the_tree_is_named_from_its_section() {
         // The real run's tree without its failure lines: the sections still name them.

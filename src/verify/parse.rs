@@ -1737,7 +1737,7 @@ CalcTest > testAdd() FAILED
         /// disjoint from its passing ones.
         #[test]
         fn parsers_never_panic(
-            text in "((test |--- FAIL: |=== RUN |ok  |FAIL|PASSED |FAILED |● |✓ |× |✖ |▶ |# Subtest: |not ok 1 - |TAP version 13|ℹ pass 1|Tests: |\\[ERROR\\] |---- | \\.\\.\\. |::| > | › |[a-z0-9 ]|é|\\n|\\t|\\{|\\}|\"|:|,)){0,60}"
+            text in "((test |--- FAIL: |=== RUN |ok  |FAIL|PASSED |FAILED |● |✓ |× |✖ |▶ |# Subtest: |not ok 1 - |TAP version 13|ℹ pass 1|Tests: |\\[ERROR\\] |---- | \\.\\.\\. |::| > | › |  ✔ |  ✘ \\[fail\\]: |  - \\[skip\\] |  ─|  1 test failed|  1\\) |  2 passing|  1 failing|1\\.\\.2|ok 1 |# |  ---|    at: |Ran 2 tests in 0s|FAIL: |ERROR: |={6}|-{6}|OK|running 1 test|     Running tests/a.rs \\(t/a-0123456789abcdef\\)|[a-z0-9 ]|é|\\n|\\t|\\{|\\}|\"|:|,)){0,60}"
         ) {
             if let Some(r) = parse_output(None, &text) {
                 proptest::prop_assert!(r.passed.is_disjoint(&r.failed));
