@@ -388,6 +388,18 @@ pub struct Reliable {
 
 /// Adds flags that make a detected command's output name every test, where that cannot change
 /// what the tests do. A command given by a person (flag, config) is returned unchanged.
+///
+/// Where a runner can also write a machine-readable report, the choice is per runner:
+/// - Maven and Gradle write JUnit XML anyway; [`read_junit_reports`] reads it.
+/// - pytest gets `-rA`, not `--junitxml`: the report file would land in the worktree, where
+///   a checkpoint could commit it, and `-rA` prints the same node ids.
+/// - jest and vitest get their verbose reporters, not `--json`, and go gets `-v`, not
+///   `-json`: the executor keeps the head and tail of a long output and drops the middle,
+///   which costs a verbose run some names but leaves one JSON document unparseable; and
+///   older go prints build failures outside its JSON events. Both JSON forms are still read
+///   when a person asks for them.
+/// - mocha gets `--reporter=spec`, ava, tape and node's runner nothing: they name every test
+///   as they are; the returned `note` says why in each case.
 pub fn reliable_command(cmd: &TestCommand) -> Reliable {
     let unchanged = |note: &str| Reliable {
         command: cmd.command.clone(),
