@@ -151,6 +151,15 @@ mod tests {
     }
 
     #[test]
+    fn ava_run_where_everything_passes() {
+        let r = parse_output(None, include_str!("testdata/ava_pass.txt")).unwrap();
+        assert_eq!(r.format, Format::Ava);
+        assert_eq!(r.names, Names::Full);
+        assert_eq!(r.passed, set(&["adds two numbers"]));
+        assert!(r.failed.is_empty() && r.skipped.is_empty());
+    }
+
+    #[test]
     fn ava_failure_message_is_not_part_of_the_name() {
         let r = parse_output(None, include_str!("testdata/ava_misc.txt")).unwrap();
         assert_eq!(r.format, Format::Ava);

@@ -191,6 +191,19 @@ mod tests {
         assert!(r.details["slow > adds"].contains("0 == 2"));
     }
 
+    #[test]
+    fn mocha_run_where_everything_passes() {
+        let r = parse_output(None, include_str!("testdata/mocha_pass.txt")).unwrap();
+        assert_eq!(r.format, Format::Mocha);
+        assert_eq!(r.names, Names::Full);
+        assert_eq!(
+            r.passed,
+            set(&["top level test", "other > adds two numbers"])
+        );
+        assert!(r.failed.is_empty());
+        assert_eq!(r.counts.passed, 2);
+    }
+
     /// Durations change between runs; names must not.
     #[test]
     fn mocha_names_are_the_same_in_two_runs() {
