@@ -15,6 +15,9 @@ pub enum Runner {
     Cargo,
     /// pytest.
     Pytest,
+    /// Python's unittest runner (`python -m unittest`), nose2, Django's `manage.py test`: the
+    /// same text output.
+    Unittest,
     /// `go test`.
     GoTest,
     /// `npm test` (the script decides the real runner).
@@ -52,7 +55,20 @@ impl Runner {
             "mvn" | "mvnw" => Runner::Maven,
             "gradle" | "gradlew" => Runner::Gradle,
             "make" => Runner::Make,
+            "nose2" => Runner::Unittest,
             _ if words.windows(2).any(|w| w == ["-m", "pytest"]) => Runner::Pytest,
+            _ if words
+                .windows(2)
+                .any(|w| w == ["-m", "unittest"] || w == ["-m", "nose2"]) =>
+            {
+                Runner::Unittest
+            }
+            _ if words
+                .windows(2)
+                .any(|w| w[0].ends_with("manage.py") && w[1] == "test") =>
+            {
+                Runner::Unittest
+            }
             _ => Runner::Other,
         }
     }
@@ -173,7 +189,8 @@ pub fn detect(worktree: &Path) -> Result<Vec<TestCommand>> {
         if worktree.join(marker).is_file() {
             // `python3`, not `python`: Debian and Ubuntu ship no `python` by default, and a
             // virtualenv has both.
-            found.push(detected("python3 -m pytest", Runner::Pytest, marker));
+            let (cmd, runner) = python_runner(worktree)?;
+            found.push(detected(cmd, runner, marker));
             break;
         }
     }
@@ -212,6 +229,115 @@ pub fn detect(worktree: &Path) -> Result<Vec<TestCommand>> {
         }
     }
     Ok(found)
+}
+
+/// Files whose text says which Python test runner a project uses.
+const PYTHON_CONFIG: [&str; 6] = [
+    "pyproject.toml",
+    "setup.cfg",
+    "tox.ini",
+    "setup.py",
+    "noxfile.py",
+    "Pipfile",
+];
+
+/// At most this many test files are read to tell unittest from pytest.
+const MAX_TEST_FILES: usize = 200;
+
+/// The Python test command: pytest unless the project shows it does without.
+///
+/// pytest runs unittest suites too, but a project that never mentions pytest does not install
+/// it, and `python3 -m pytest` then fails before any test runs. So: pytest when anything
+/// mentions it (a `pytest.ini` or `conftest.py`, the word `pytest` in a config or
+/// requirements file, a test file importing it) or when no test file says otherwise; nose2
+/// when the configuration names it; unittest when the test files import `unittest` and
+/// nothing names pytest. unittest discovers from the top only through packages, so a `tests/`
+/// without `__init__.py` is started there (`discover -s tests`).
+fn python_runner(worktree: &Path) -> Result<(&'static str, Runner)> {
+    let pytest = ("python3 -m pytest", Runner::Pytest);
+    if worktree.join("pytest.ini").is_file()
+        || ["conftest.py", "tests/conftest.py", "test/conftest.py"]
+            .iter()
+            .any(|c| worktree.join(c).is_file())
+    {
+        return Ok(pytest);
+    }
+    let mut config = String::new();
+    for name in PYTHON_CONFIG {
+        config.push_str(&read_opt(&worktree.join(name))?.unwrap_or_default());
+    }
+    for dir in [".", "requirements"] {
+        let Ok(entries) = std::fs::read_dir(worktree.join(dir)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if dir != "." || (name.starts_with("requirements") && name.ends_with(".txt")) {
+                config.push_str(&read_opt(&e.path())?.unwrap_or_default());
+            }
+        }
+    }
+    if config.contains("pytest") {
+        return Ok(pytest);
+    }
+    let mut files = Vec::new();
+    for dir in ["tests", "test", "."] {
+        test_files(
+            &worktree.join(dir),
+            if dir == "." { 0 } else { 3 },
+            &mut files,
+        );
+    }
+    let mut uses_unittest = false;
+    for f in files.iter().take(MAX_TEST_FILES) {
+        let text = read_opt(f)?.unwrap_or_default();
+        if text.contains("import pytest") || text.contains("from pytest") {
+            return Ok(pytest);
+        }
+        uses_unittest |= text.contains("import unittest") || text.contains("from unittest");
+    }
+    if !uses_unittest {
+        return Ok(pytest);
+    }
+    if config.contains("nose2") || worktree.join("nose2.cfg").is_file() {
+        return Ok(("python3 -m nose2", Runner::Unittest));
+    }
+    for dir in ["tests", "test"] {
+        let d = worktree.join(dir);
+        if d.is_dir() && !d.join("__init__.py").is_file() {
+            return Ok(if dir == "tests" {
+                ("python3 -m unittest discover -s tests", Runner::Unittest)
+            } else {
+                ("python3 -m unittest discover -s test", Runner::Unittest)
+            });
+        }
+    }
+    Ok(("python3 -m unittest", Runner::Unittest))
+}
+
+/// Python test files (`test*.py`, `*_test.py`) under `dir`, `depth` directories deep, in
+/// name order.
+fn test_files(dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_default();
+        if p.is_dir() {
+            if depth > 0 && !name.starts_with('.') && name != "node_modules" {
+                test_files(&p, depth - 1, out);
+            }
+        } else if name.ends_with(".py") && (name.starts_with("test") || name.ends_with("_test.py"))
+        {
+            out.push(p);
+        }
+        if out.len() >= MAX_TEST_FILES {
+            return;
+        }
+    }
 }
 
 /// Whether a Makefile defines a rule for `target` (not a variable like `test := …`).
@@ -262,6 +388,18 @@ pub struct Reliable {
 
 /// Adds flags that make a detected command's output name every test, where that cannot change
 /// what the tests do. A command given by a person (flag, config) is returned unchanged.
+///
+/// Where a runner can also write a machine-readable report, the choice is per runner:
+/// - Maven and Gradle write JUnit XML anyway; [`read_junit_reports`] reads it.
+/// - pytest gets `-rA`, not `--junitxml`: the report file would land in the worktree, where
+///   a checkpoint could commit it, and `-rA` prints the same node ids.
+/// - jest and vitest get their verbose reporters, not `--json`, and go gets `-v`, not
+///   `-json`: the executor keeps the head and tail of a long output and drops the middle,
+///   which costs a verbose run some names but leaves one JSON document unparseable; and
+///   older go prints build failures outside its JSON events. Both JSON forms are still read
+///   when a person asks for them.
+/// - mocha gets `--reporter=spec`, ava, tape and node's runner nothing: they name every test
+///   as they are; the returned `note` says why in each case.
 pub fn reliable_command(cmd: &TestCommand) -> Reliable {
     let unchanged = |note: &str| Reliable {
         command: cmd.command.clone(),
@@ -296,6 +434,11 @@ pub fn reliable_command(cmd: &TestCommand) -> Reliable {
             "-rA adds a short summary line for every test (PASSED/FAILED/…), so passing tests \
              are named too; it changes nothing else",
         ),
+        Runner::Unittest if !has_word("-v") && !has_word("--verbose") => add(
+            &["-v"],
+            "-v prints a line per test, so passing tests are named too; it changes nothing \
+             else",
+        ),
         Runner::GoTest if !has_word("-v") && !has_word("-json") => add(
             &["-v"],
             "-v prints a line per test, so passing tests are named too",
@@ -315,21 +458,36 @@ pub fn reliable_command(cmd: &TestCommand) -> Reliable {
             } else {
                 "-- "
             };
-            let tool = script.split_whitespace().next().unwrap_or("");
-            let flag = match tool {
-                "jest" if !script.contains("--verbose") => "--verbose",
-                "vitest" if !script.contains("--reporter") => "--reporter=verbose",
+            let (tool, rest) = script_runner(script);
+            let has = |flag: &str| {
+                rest.iter()
+                    .any(|w| *w == flag || w.starts_with(&format!("{flag}=")))
+            };
+            let (flag, note) = match tool {
+                "jest" if !has("--verbose") => (
+                    "--verbose",
+                    "jest names passing tests only in its verbose reporter",
+                ),
+                "vitest" if !has("--reporter") => (
+                    "--reporter=verbose",
+                    "vitest names passing tests only in its verbose reporter",
+                ),
+                // spec is mocha's default, but a `.mocharc` may choose another reporter
+                // (dot, a JUnit file for CI); spec names every test, and naming the reporter
+                // on the command line beats the file. Its JSON reporter is not used: it
+                // shares stdout with the tests' own console output, which breaks the JSON.
+                "mocha" if !has("--reporter") && !has("-R") => (
+                    "--reporter=spec",
+                    "mocha's spec reporter names every test; a .mocharc could choose another",
+                ),
                 _ => {
                     return unchanged(
-                        "the script's runner prints every test already (node --test) or is not \
-                         one we know how to make verbose",
+                        "the script's runner names every test already (node --test, ava, \
+                         tape) or is not one we know how to make name them",
                     );
                 }
             };
-            let mut r = add(
-                &[&format!("{sep}{flag}")],
-                "jest and vitest name passing tests only in their verbose reporters",
-            );
+            let mut r = add(&[&format!("{sep}{flag}")], note);
             r.added = vec![flag.to_owned()];
             r
         }
@@ -341,6 +499,22 @@ pub fn reliable_command(cmd: &TestCommand) -> Reliable {
             unchanged("make's test target can run anything; extra flags could change what it does")
         }
         _ => unchanged("the command already names its tests"),
+    }
+}
+
+/// The test runner a package script starts and the words after it, looking through the
+/// wrappers scripts put in front (`nyc mocha`, `cross-env CI=1 jest`, `npx vitest run`).
+/// Arguments added to the script reach the last command, which is the runner.
+fn script_runner(script: &str) -> (&str, Vec<&str>) {
+    const WRAPPERS: [&str; 4] = ["nyc", "c8", "cross-env", "npx"];
+    let words: Vec<&str> = script.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| !WRAPPERS.contains(w) && !w.contains('=') && !w.starts_with('-'))
+        .filter(|&i| i == 0 || WRAPPERS.contains(&words[i - 1]) || words[i - 1].contains('='));
+    match at {
+        Some(i) => (words[i], words[i + 1..].to_vec()),
+        None => ("", Vec::new()),
     }
 }
 
@@ -534,6 +708,16 @@ mod tests {
         assert_eq!(Runner::of_command("python -m pytest tests"), Runner::Pytest);
         assert_eq!(Runner::of_command("/usr/bin/go test ./..."), Runner::GoTest);
         assert_eq!(Runner::of_command("./gradlew check"), Runner::Gradle);
+        assert_eq!(
+            Runner::of_command("python3 -m unittest discover -s tests -v"),
+            Runner::Unittest
+        );
+        assert_eq!(Runner::of_command("python -m nose2 -v"), Runner::Unittest);
+        assert_eq!(Runner::of_command("nose2"), Runner::Unittest);
+        assert_eq!(
+            Runner::of_command("python manage.py test -v 2"),
+            Runner::Unittest
+        );
         assert_eq!(Runner::of_command("bash ci.sh"), Runner::Other);
     }
 
@@ -578,6 +762,120 @@ mod tests {
             reliable_command(&yarn).command,
             "yarn test --reporter=verbose"
         );
+    }
+
+    #[test]
+    fn python_projects_that_never_mention_pytest_get_unittest() {
+        let unittest_test = ("tests/test_a.py", "import unittest\n");
+        let package = ("tests/__init__.py", "");
+        // Anything that names pytest keeps pytest, even over unittest-style tests.
+        for pytest_sign in [
+            (
+                "pyproject.toml",
+                "[project.optional-dependencies]\ntest = ['pytest>=8']\n",
+            ),
+            ("conftest.py", ""),
+            ("tests/conftest.py", ""),
+            ("pytest.ini", ""),
+            ("requirements-dev.txt", "pytest==8.3\n"),
+            ("requirements/test.txt", "pytest\n"),
+            ("tests/test_b.py", "import pytest\n"),
+        ] {
+            assert_eq!(
+                commands(&[("setup.cfg", ""), package, unittest_test, pytest_sign]),
+                ["python3 -m pytest"],
+                "{pytest_sign:?}"
+            );
+        }
+        // No test file says which: pytest, as before.
+        assert_eq!(commands(&[("pyproject.toml", "")]), ["python3 -m pytest"]);
+        // unittest only: from the top through the package, or from inside `tests/`.
+        assert_eq!(
+            commands(&[("setup.cfg", ""), package, unittest_test]),
+            ["python3 -m unittest"]
+        );
+        assert_eq!(
+            commands(&[
+                ("pyproject.toml", "[project]\nname = 'a'\n"),
+                ("tests/test_a.py", "from unittest import TestCase\n")
+            ]),
+            ["python3 -m unittest discover -s tests"]
+        );
+        assert_eq!(
+            commands(&[
+                ("setup.cfg", "[options.extras_require]\ntest = nose2\n"),
+                package,
+                unittest_test
+            ]),
+            ["python3 -m nose2"]
+        );
+    }
+
+    #[test]
+    fn detected_unittest_and_mocha_are_asked_to_name_every_test() {
+        let dir = tree(&[
+            ("setup.cfg", ""),
+            ("tests/__init__.py", ""),
+            ("tests/test_a.py", "import unittest\n"),
+        ]);
+        let cmd = resolve(dir.path(), None, None).unwrap().unwrap();
+        assert_eq!(cmd.runner, Runner::Unittest);
+        let r = reliable_command(&cmd);
+        assert_eq!(r.command, "python3 -m unittest -v");
+        assert_eq!(r.added, ["-v"]);
+
+        let npm = |script: &str| {
+            let dir = tree(&[(
+                "package.json",
+                &format!(r#"{{"scripts": {{"test": "{script}"}}}}"#),
+            )]);
+            reliable_command(&resolve(dir.path(), None, None).unwrap().unwrap()).command
+        };
+        assert_eq!(npm("mocha"), "npm test -- --reporter=spec");
+        assert_eq!(
+            npm("nyc --reporter=lcov mocha --timeout 5000"),
+            "npm test -- --reporter=spec"
+        );
+        assert_eq!(
+            npm("cross-env NODE_ENV=test mocha"),
+            "npm test -- --reporter=spec"
+        );
+        // The script's own reporter choice stands.
+        assert_eq!(npm("mocha --reporter dot"), "npm test");
+        assert_eq!(npm("mocha -R tap"), "npm test");
+        // Runners whose output names every test already.
+        assert_eq!(npm("ava"), "npm test");
+        assert_eq!(npm("tape test/*.js"), "npm test");
+        assert_eq!(npm("jest --verbose=false"), "npm test");
+    }
+
+    /// Guards issue 19: a flag a person gives the runner is kept, as given, and so is the
+    /// command a run recorded (which comes back as configuration on the next check).
+    #[test]
+    fn flags_a_person_gives_are_kept() {
+        let dir = tree(&[
+            ("pyproject.toml", ""),
+            ("Cargo.toml", "[package]\nname='a'"),
+        ]);
+        for given in [
+            "pytest -x -k foo",
+            "python3 -m pytest -x -k 'foo and not bar' -p no:cacheprovider",
+            "cargo test -p core -- --test-threads=1",
+            "python3 -m unittest tests.test_a",
+            "npm test -- --grep adds",
+        ] {
+            for (flag, config) in [(Some(given), None), (None, Some(given))] {
+                let cmd = resolve(dir.path(), flag, config).unwrap().unwrap();
+                let r = reliable_command(&cmd);
+                assert_eq!(r.command, given);
+                assert!(r.added.is_empty(), "{given}: {:?}", r.added);
+            }
+        }
+        let detected = resolve(dir.path(), None, None).unwrap().unwrap();
+        let first = reliable_command(&detected).command;
+        assert_eq!(first, "cargo test --no-fail-fast");
+        let again = resolve(dir.path(), None, Some(&first)).unwrap().unwrap();
+        assert_eq!(reliable_command(&again).command, first);
     }
 
     #[test]

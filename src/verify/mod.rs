@@ -3,7 +3,8 @@
 //!
 //! This module owns test-command detection ([`detect`], [`resolve`]), flags that make a
 //! runner's output parseable ([`reliable_command`]), result parsers for cargo test, pytest,
-//! go test, jest/vitest, node's test runner, Maven/Gradle and JUnit XML ([`parse_output`],
+//! go test, jest/vitest, node's test runner, mocha, ava, TAP (tape and others), Python's
+//! unittest (and nose2), Maven/Gradle and JUnit XML ([`parse_output`],
 //! [`parse_junit_xml`]), the focused failure summary for the model ([`failure_summary`]) and
 //! the success decision ([`decide`]).
 //!
@@ -11,14 +12,17 @@
 //! hands the result in as data ([`RunResult`]). The decision is a pure function of exit codes
 //! and parsed test names; no model's opinion enters it.
 
+mod ava;
 mod decide;
 mod detect;
 mod environment;
 mod error;
 mod integrity;
 mod junit;
+mod mocha;
 mod parse;
 mod summary;
+mod unittest;
 
 pub use decide::{Basis, Decision, Observation, RunResult, decide, observe};
 pub use detect::{

@@ -3,8 +3,10 @@
 //!
 //! Names are qualified so that they are unique across a run and stable between runs of the
 //! same command: cargo `crate(src/lib.rs)::tests::name`, pytest node ids, go `pkg::TestName`,
-//! jest `file › describe › test`, vitest `file > describe > test`, node `suite > test`,
-//! JUnit `classname.name`. Compare only reports of the same command.
+//! jest `file › describe › test`, vitest `file > describe > test`, node and mocha
+//! `suite > test`, ava `file › test`, tape's test titles, unittest ids
+//! `package.module.Class.method`, JUnit `classname.name`. Compare only reports of the same
+//! command.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,8 +33,16 @@ pub enum Format {
     Vitest,
     /// jest's or vitest's `--json` report.
     JestJson,
-    /// node's test runner, TAP reporter.
+    /// TAP whose points are tests: node's test runner (its TAP reporter), `ava --tap`, bats.
     NodeTap,
+    /// TAP whose points are assertions under a `# test title` comment: tape.
+    Tape,
+    /// mocha's spec reporter (its default).
+    Mocha,
+    /// ava's default reporter.
+    Ava,
+    /// Python's unittest runner, `-v` or not (also nose2 and Django's test runner).
+    Unittest,
     /// node's test runner, spec reporter.
     NodeSpec,
     /// Maven surefire console output.
@@ -94,35 +104,35 @@ pub struct TestReport {
 
 /// Collects results while a parser reads.
 #[derive(Default)]
-struct Acc {
-    passed: BTreeSet<String>,
-    failed: BTreeSet<String>,
-    skipped: BTreeSet<String>,
-    details: BTreeMap<String, String>,
+pub(super) struct Acc {
+    pub(super) passed: BTreeSet<String>,
+    pub(super) failed: BTreeSet<String>,
+    pub(super) skipped: BTreeSet<String>,
+    pub(super) details: BTreeMap<String, String>,
     /// Counts printed by the runner, summed over its summary lines.
-    declared: Option<Counts>,
+    pub(super) declared: Option<Counts>,
     /// Whether the output lists passing tests one by one.
-    lists_passes: bool,
+    pub(super) lists_passes: bool,
     /// Whether the format was recognised at all.
-    seen: bool,
+    pub(super) seen: bool,
 }
 
 impl Acc {
-    fn pass(&mut self, name: impl Into<String>) {
+    pub(super) fn pass(&mut self, name: impl Into<String>) {
         self.seen = true;
         self.passed.insert(name.into());
     }
-    fn fail(&mut self, name: impl Into<String>) {
+    pub(super) fn fail(&mut self, name: impl Into<String>) {
         self.seen = true;
         let name = name.into();
         self.passed.remove(&name);
         self.failed.insert(name);
     }
-    fn skip(&mut self, name: impl Into<String>) {
+    pub(super) fn skip(&mut self, name: impl Into<String>) {
         self.seen = true;
         self.skipped.insert(name.into());
     }
-    fn detail(&mut self, name: &str, text: &str) {
+    pub(super) fn detail(&mut self, name: &str, text: &str) {
         let text = text.trim_matches('\n');
         if text.trim().is_empty() {
             return;
@@ -133,14 +143,14 @@ impl Acc {
         }
         entry.push_str(text);
     }
-    fn declare(&mut self, c: Counts) {
+    pub(super) fn declare(&mut self, c: Counts) {
         self.seen = true;
         let d = self.declared.get_or_insert_with(Counts::default);
         d.passed += c.passed;
         d.failed += c.failed;
         d.skipped += c.skipped;
     }
-    fn finish(mut self, format: Format) -> Option<TestReport> {
+    pub(super) fn finish(mut self, format: Format) -> Option<TestReport> {
         if !self.seen {
             return None;
         }
@@ -201,7 +211,7 @@ fn unreachable_regex() -> Regex {
     Regex::new(r"[^\s\S]").unwrap_or_else(|_| unreachable_regex())
 }
 
-fn re(pattern: &str) -> Regex {
+pub(super) fn re(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap_or_else(|e| {
         tracing::error!(%pattern, error = %e, "invalid built-in pattern");
         unreachable_regex()
@@ -224,6 +234,9 @@ pub fn parse_output(hint: Option<Runner>, output: &str) -> Option<TestReport> {
         parse_vitest(&text),
         parse_node_tap(&text),
         parse_node_spec(&text),
+        super::mocha::parse_mocha(&text),
+        super::ava::parse_ava(&text),
+        super::unittest::parse_unittest(&text),
         parse_maven(&text),
         parse_gradle(&text),
     ];
@@ -235,8 +248,16 @@ pub fn parse_output(hint: Option<Runner>, output: &str) -> Option<TestReport> {
         Some(Runner::Gradle) => f == Format::Gradle,
         Some(Runner::Npm | Runner::Pnpm | Runner::Yarn) => matches!(
             f,
-            Format::Jest | Format::Vitest | Format::JestJson | Format::NodeTap | Format::NodeSpec
+            Format::Jest
+                | Format::Vitest
+                | Format::JestJson
+                | Format::NodeTap
+                | Format::NodeSpec
+                | Format::Tape
+                | Format::Mocha
+                | Format::Ava
         ),
+        Some(Runner::Unittest) => f == Format::Unittest,
         _ => false,
     };
     candidates.into_iter().flatten().max_by_key(|r| {
@@ -252,11 +273,53 @@ pub fn parse_output(hint: Option<Runner>, output: &str) -> Option<TestReport> {
 // ---------------------------------------------------------------------------------------
 // cargo test (libtest)
 
+/// Reads libtest output, naming each test `binary(source)::path` after the `Running …` or
+/// `Doc-tests …` line of its test binary, so that `test_eq` in `src/lib.rs` and in
+/// `tests/api.rs` stay two tests.
+///
+/// cargo prints those lines on stderr and the tests print on stdout. Captured through one
+/// pipe (`2>&1`) each line precedes its binary's `running N tests`; captured as two streams
+/// and joined, every `running N tests` comes first and the binaries follow in the same order,
+/// so the k-th header belongs to the k-th binary. Both layouts give the same names. When the
+/// numbers differ (a `harness = false` binary that prints no header, output cut short) the
+/// binaries cannot be matched up, and names are left unqualified rather than guessed.
 fn parse_cargo(text: &str) -> Option<TestReport> {
     let running = re(
         r"^\s*Running (?:unittests )?(\S+) \((?:.*/)?([^/()]+?)(?:-[0-9a-f]{8,})?(?:\.exe)?\)\s*$",
     );
     let doc = re(r"^\s*Doc-tests (\S+)\s*$");
+    let header = re(r"^running \d+ tests?$");
+    let binary = |l: &str| {
+        if let Some(c) = running.captures(l) {
+            Some(format!("{}({})::", &c[2], &c[1]))
+        } else {
+            doc.captures(l).map(|c| format!("{}(doc)::", &c[1]))
+        }
+    };
+    // Split layout: the tests' stdout came before cargo's stderr.
+    let mut binaries: Vec<String> = Vec::new();
+    let mut headers = 0usize;
+    let mut header_first = false;
+    for l in text.lines() {
+        if let Some(b) = binary(l) {
+            binaries.push(b);
+        } else if header.is_match(l) {
+            header_first |= binaries.is_empty();
+            headers += 1;
+        }
+    }
+    let mut by_position = if header_first && binaries.len() == headers {
+        Some(binaries.into_iter())
+    } else {
+        if header_first && !binaries.is_empty() {
+            tracing::debug!(
+                binaries = binaries.len(),
+                headers,
+                "cargo output: test binaries and their headers do not pair up; names unqualified"
+            );
+        }
+        None
+    };
     let line = re(r"^test (.+?) \.\.\. (ok|FAILED|ignored.*|bench.*)$");
     let result = re(
         r"^test result: (?:ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; \d+ filtered out",
@@ -280,10 +343,14 @@ fn parse_cargo(text: &str) -> Option<TestReport> {
                 continue;
             }
         }
-        if let Some(c) = running.captures(l) {
-            prefix = format!("{}({})::", &c[2], &c[1]);
-        } else if let Some(c) = doc.captures(l) {
-            prefix = format!("{}(doc)::", &c[1]);
+        if let Some(b) = binary(l) {
+            if !header_first {
+                prefix = b;
+            }
+        } else if header.is_match(l) {
+            if let Some(b) = by_position.as_mut().and_then(Iterator::next) {
+                prefix = b;
+            }
         } else if let Some(c) = line.captures(l) {
             let name = format!("{prefix}{}", &c[1]);
             match &c[2] {
@@ -308,7 +375,7 @@ fn parse_cargo(text: &str) -> Option<TestReport> {
     acc.finish(Format::Cargo)
 }
 
-fn num(s: &str) -> u64 {
+pub(super) fn num(s: &str) -> u64 {
     s.parse().unwrap_or(0)
 }
 
@@ -384,13 +451,20 @@ fn parse_pytest(text: &str) -> Option<TestReport> {
             }
         }
     }
-    // Sections are titled `test_x[param]`, `TestClass.test_m` or `ERROR collecting path`.
+    // Sections are titled `test_x[param]`, `TestClass.test_m`, `ERROR collecting path` or,
+    // for a fixture that failed, `ERROR at setup of test_x` (`teardown`).
     let failed: Vec<String> = acc.failed.iter().cloned().collect();
     for (title, body) in sections {
         let key = title
             .strip_prefix("ERROR collecting ")
             .map(str::to_owned)
-            .unwrap_or_else(|| title.replace('.', "::"));
+            .unwrap_or_else(|| {
+                let test = ["ERROR at setup of ", "ERROR at teardown of "]
+                    .iter()
+                    .find_map(|p| title.strip_prefix(p))
+                    .unwrap_or(&title);
+                test.replace('.', "::")
+            });
         if let Some(name) = failed
             .iter()
             .find(|n| *n == &key || n.ends_with(&format!("::{key}")))
@@ -809,10 +883,35 @@ fn parse_jest_json(text: &str) -> Option<TestReport> {
 // ---------------------------------------------------------------------------------------
 // node --test
 
+/// TAP, in the two shapes test runners give it.
+///
+/// Where each test point is a test (node's test runner, `ava --tap`, bats, Perl's
+/// Test::More): the point's description is the name, and `# Subtest:` blocks nest, named
+/// `suite > test`. Where points are assertions grouped under a `# title` comment (tape and
+/// its kin, which write `ok 3 should be equal` with no ` - `): the comment is the test, it
+/// fails when any of its assertions fails, and assertion numbers and messages are not part
+/// of any name, so adding an assertion renames nothing. tape prints the titles of nested
+/// tests flat, and two tests with the same title (in two files) are one name.
 fn parse_node_tap(text: &str) -> Option<TestReport> {
     let subtest = re(r"^(\s*)# Subtest: (.+)$");
-    let result = re(r"^(\s*)(ok|not ok) \d+ - (.+?)(?: # (SKIP|TODO)(?-u:\b).*)?$");
+    let result = re(r"^(\s*)(ok|not ok) \d+(?: -)? (.+?)(?: # ((?i:SKIP|TODO))(?-u:\b).*)?$");
     let yaml_key = re(r"^(\s*)([A-Za-z_]+):");
+    let plan = re(r"^1\.\.\d+");
+    let title = re(r"^# (?:(SKIP|TODO) )?(.+?)\s*$");
+    // The runner's closing counts, and node's, are comments too.
+    let counts = re(
+        r"^# (?:tests|pass|fail|skip|skipped|todo|ok|suites|cancelled|duration_ms)(?:\s+[\d.]+)?\s*$",
+    );
+    let dashed = re(r"^\s*(?:ok|not ok) \d+ - ");
+    let grouped = !text
+        .lines()
+        .any(|l| subtest.is_match(l) || dashed.is_match(l))
+        && text
+            .lines()
+            .find(|l| result.is_match(l) || (title.is_match(l) && !counts.is_match(l)))
+            .is_some_and(|l| l.starts_with('#'));
+    // The `# title` comment the next assertions belong to, and whether it is a TODO.
+    let mut group: Option<(String, bool)> = None;
     // TAP lists every test, passing or not.
     let mut acc = Acc {
         lists_passes: true,
@@ -822,12 +921,46 @@ fn parse_node_tap(text: &str) -> Option<TestReport> {
     // (indent, name, has children)
     let mut stack: Vec<(usize, String, bool)> = Vec::new();
     // The failing test whose YAML block we are in, its key indentation and the current key.
-    let mut yaml: Option<(String, usize, String)> = None;
-    let mut last_failed: Option<(String, usize)> = None;
+    let mut yaml: Option<(String, Option<usize>, String)> = None;
+    let mut last_failed: Option<String> = None;
+    let mut diagnostics: Option<String> = None;
     for l in text.lines() {
-        if l.starts_with("TAP version") {
+        if l.starts_with("TAP version") || plan.is_match(l) {
             saw_header = true;
             continue;
+        }
+        if grouped {
+            if let Some(c) = title.captures(l).filter(|_| !counts.is_match(l)) {
+                let name = c[2].to_owned();
+                match c.get(1).map(|m| m.as_str()) {
+                    Some("SKIP") => {
+                        acc.skip(name);
+                        group = None;
+                    }
+                    todo => group = Some((name, todo.is_some())),
+                }
+                last_failed = None;
+                yaml = None;
+                continue;
+            }
+            if let Some(c) = result.captures(l) {
+                last_failed = None;
+                yaml = None;
+                let Some((name, todo)) = group.clone() else {
+                    // An assertion outside any test: its description is all there is.
+                    record_point(&mut acc, c[3].to_owned(), &c[2], c.get(4).is_some());
+                    continue;
+                };
+                if todo {
+                    acc.skip(name);
+                } else if &c[2] == "not ok" && c.get(4).is_none() {
+                    last_failed = Some(name.clone());
+                    acc.fail(name);
+                } else {
+                    acc.pass(name);
+                }
+                continue;
+            }
         }
         if let Some(c) = subtest.captures(l) {
             let indent = c[1].len();
@@ -838,6 +971,7 @@ fn parse_node_tap(text: &str) -> Option<TestReport> {
             }
             stack.push((indent, c[2].to_owned(), false));
             last_failed = None;
+            diagnostics = None;
             yaml = None;
             continue;
         }
@@ -863,20 +997,27 @@ fn parse_node_tap(text: &str) -> Option<TestReport> {
             if !leaf {
                 continue;
             }
-            if c.get(4).is_some() {
-                acc.skip(name);
-            } else if &c[2] == "ok" {
-                acc.pass(name);
-            } else {
-                last_failed = Some((name.clone(), indent));
-                acc.fail(name);
+            diagnostics = None;
+            if &c[2] == "not ok" && c.get(4).is_none() {
+                last_failed = Some(name.clone());
+                diagnostics = Some(name.clone());
             }
+            record_point(&mut acc, name, &c[2], c.get(4).is_some());
+            continue;
+        }
+        // Comments after a failing point are its diagnostics (bats: file, line, command).
+        if let Some(name) = &diagnostics
+            && l.starts_with('#')
+            && !counts.is_match(l)
+        {
+            let name = name.clone();
+            acc.detail(&name, l);
             continue;
         }
         let t = l.trim();
         if t == "---" {
-            if let Some((name, indent)) = last_failed.take() {
-                yaml = Some((name, indent + 2, String::new()));
+            if let Some(name) = last_failed.take() {
+                yaml = Some((name, None, String::new()));
             }
             continue;
         }
@@ -885,14 +1026,26 @@ fn parse_node_tap(text: &str) -> Option<TestReport> {
             continue;
         }
         if let Some((name, key_indent, key)) = &mut yaml {
+            // Keys sit at the indentation of the block's first key (node: level with `---`;
+            // tape and ava: two deeper).
             if let Some(c) = yaml_key.captures(l)
-                && c[1].len() == *key_indent
+                && *key_indent.get_or_insert(c[1].len()) == c[1].len()
             {
                 *key = c[2].to_owned();
             }
+            // node: error, expected, actual, operator, location; tape: operator, expected,
+            // actual, at; ava: message, details, at. Not the stack: its first user frame
+            // is `at`/`location` already.
             if matches!(
                 key.as_str(),
-                "error" | "expected" | "actual" | "operator" | "location"
+                "error"
+                    | "expected"
+                    | "actual"
+                    | "operator"
+                    | "location"
+                    | "at"
+                    | "message"
+                    | "details"
             ) {
                 let name = name.clone();
                 acc.detail(&name, l.trim_end());
@@ -902,7 +1055,22 @@ fn parse_node_tap(text: &str) -> Option<TestReport> {
     if !saw_header {
         return None;
     }
-    acc.finish(Format::NodeTap)
+    acc.finish(if grouped {
+        Format::Tape
+    } else {
+        Format::NodeTap
+    })
+}
+
+/// A TAP point that is a test of its own: `# SKIP` or `# TODO` skips it.
+fn record_point(acc: &mut Acc, name: String, status: &str, directive: bool) {
+    if directive {
+        acc.skip(name);
+    } else if status == "ok" {
+        acc.pass(name);
+    } else {
+        acc.fail(name);
+    }
 }
 
 fn parse_node_spec(text: &str) -> Option<TestReport> {
@@ -1106,6 +1274,63 @@ mod tests {
         let d = &r.details["fixture_add(src/lib.rs)::tests::adds_two_numbers"];
         assert!(d.contains("panicked at src/lib.rs:19:9"), "{d}");
         assert!(d.contains("left: -1"), "{d}");
+    }
+
+    /// Guards issue 19: `test_eq` in three binaries is three tests, not one, whether cargo's
+    /// stderr (its `Running …` lines) came through the tests' pipe or after their stdout.
+    #[test]
+    fn cargo_same_test_name_in_several_binaries_in_either_layout() {
+        let split = parse_output(
+            Some(Runner::Cargo),
+            include_str!("testdata/cargo_same_name_split.txt"),
+        )
+        .unwrap();
+        assert_eq!(split.names, Names::Full);
+        assert_eq!(
+            split.passed,
+            set(&[
+                "eqs(src/lib.rs)::tests::test_eq",
+                "second(tests/second.rs)::test_eq"
+            ])
+        );
+        assert_eq!(
+            split.failed,
+            set(&[
+                "first(tests/first.rs)::test_eq",
+                "eqs(doc)::src/lib.rs - add (line 3)"
+            ])
+        );
+        assert_eq!(split.skipped, set(&["second(tests/second.rs)::slow"]));
+        assert!(split.details["first(tests/first.rs)::test_eq"].contains("left: -1"));
+        assert!(split.details["eqs(doc)::src/lib.rs - add (line 3)"].contains("left: 0"));
+        let joined = parse_output(
+            Some(Runner::Cargo),
+            include_str!("testdata/cargo_same_name_interleaved.txt"),
+        )
+        .unwrap();
+        assert_eq!(
+            (&joined.passed, &joined.failed, &joined.skipped),
+            (&split.passed, &split.failed, &split.skipped)
+        );
+        assert_eq!(joined.counts, split.counts);
+    }
+
+    #[test]
+    fn cargo_binaries_that_do_not_pair_up_leave_names_unqualified() {
+        // The split run with one `Running` line lost: guessing would misname a binary.
+        let text = include_str!("testdata/cargo_same_name_split.txt").replace(
+            "     Running tests/second.rs (target/debug/deps/second-8fa355c45c7d1045)\n",
+            "",
+        );
+        let r = parse_output(Some(Runner::Cargo), &text).unwrap();
+        assert!(r.failed.contains("test_eq"), "{r:?}");
+        assert!(r.passed.contains("tests::test_eq"), "{r:?}");
+        assert!(
+            r.passed
+                .iter()
+                .chain(&r.failed)
+                .all(|n| !n.contains("::test_eq") || n == "tests::test_eq")
+        );
     }
 
     #[test]
@@ -1383,6 +1608,44 @@ mod tests {
         assert!(spec.details["calc > adds"].contains("0 !== 2"));
     }
 
+    /// tape: a test is its `# title`; its assertions decide whether it passed.
+    #[test]
+    fn tape_names_tests_by_title_not_by_assertion() {
+        let r = parse_output(Some(Runner::Npm), include_str!("testdata/tape.txt")).unwrap();
+        assert_eq!(r.format, Format::Tape);
+        assert_eq!(r.names, Names::Full);
+        assert_eq!(
+            r.passed,
+            set(&["subtracts two numbers", "inner passes"]),
+            "{r:?}"
+        );
+        // `adds two numbers` is in both files; one of them fails, so the name fails.
+        assert_eq!(r.failed, set(&["adds two numbers", "inner fails"]));
+        assert_eq!(r.skipped, set(&["skipped one"]));
+        let d = &r.details["adds two numbers"];
+        assert!(d.contains("expected: |-") && d.contains("-1"), "{d}");
+        assert!(d.contains("calc.test.js:5:5"), "{d}");
+        assert!(!d.contains("lib/test.js"), "the stack is left out: {d}");
+        assert!(r.details["inner fails"].contains("{ a: 0 }"));
+
+        let todo = parse_output(None, include_str!("testdata/tape_todo.txt")).unwrap();
+        assert_eq!(todo.format, Format::Tape);
+        assert_eq!(todo.skipped, set(&["not done yet"]));
+        assert_eq!(todo.passed, set(&["done"]));
+        assert!(todo.failed.is_empty());
+    }
+
+    #[test]
+    fn tap_without_dashes_or_titles_names_each_point() {
+        // bats: every point a test, no ` - `, no `TAP version`, diagnostics as comments.
+        let r = parse_output(None, include_str!("testdata/bats.txt")).unwrap();
+        assert_eq!(r.format, Format::NodeTap);
+        assert_eq!(r.passed, set(&["addition works"]));
+        assert_eq!(r.failed, set(&["subtraction works"]));
+        assert_eq!(r.skipped, set(&["skipped one"]));
+        assert!(r.details["subtraction works"].contains("`[ \"$r\" -eq 2 ]' failed"));
+    }
+
     #[test]
     fn maven_real_surefire_console() {
         let r = parse_output(
@@ -1474,7 +1737,7 @@ CalcTest > testAdd() FAILED
         /// disjoint from its passing ones.
         #[test]
         fn parsers_never_panic(
-            text in "((test |--- FAIL: |=== RUN |ok  |FAIL|PASSED |FAILED |● |✓ |× |✖ |▶ |# Subtest: |not ok 1 - |TAP version 13|ℹ pass 1|Tests: |\\[ERROR\\] |---- | \\.\\.\\. |::| > | › |[a-z0-9 ]|é|\\n|\\t|\\{|\\}|\"|:|,)){0,60}"
+            text in "((test |--- FAIL: |=== RUN |ok  |FAIL|PASSED |FAILED |● |✓ |× |✖ |▶ |# Subtest: |not ok 1 - |TAP version 13|ℹ pass 1|Tests: |\\[ERROR\\] |---- | \\.\\.\\. |::| > | › |  ✔ |  ✘ \\[fail\\]: |  - \\[skip\\] |  ─|  1 test failed|  1\\) |  2 passing|  1 failing|1\\.\\.2|ok 1 |# |  ---|    at: |Ran 2 tests in 0s|FAIL: |ERROR: |={6}|-{6}|OK|running 1 test|     Running tests/a.rs \\(t/a-0123456789abcdef\\)|[a-z0-9 ]|é|\\n|\\t|\\{|\\}|\"|:|,)){0,60}"
         ) {
             if let Some(r) = parse_output(None, &text) {
                 proptest::prop_assert!(r.passed.is_disjoint(&r.failed));

@@ -19,7 +19,7 @@ const PER_TEST: usize = 1500;
 /// lines.
 pub fn failure_summary(report: Option<&TestReport>, output: &str, budget: usize) -> String {
     let mut out = Budget::new(budget);
-    let text = strip_ansi(output);
+    let text = without_passes(&strip_ansi(output));
     if let Some(r) = report {
         out.push(&format!(
             "{} passed, {} failed, {} skipped ({:?} output)\n",
@@ -102,6 +102,30 @@ pub fn failure_summary(report: Option<&TestReport>, output: &str, budget: usize)
         out.push("\n");
     }
     out.finish()
+}
+
+/// The output without the lines that report a passing test: they never say why something
+/// failed, and with pytest's `-rA` (which the detected command adds) or a verbose runner they
+/// fill the decisive lines (`PASSED …test_expected_value`) and the tail of a long run.
+fn without_passes(text: &str) -> String {
+    let pass = Regex::new(
+        r"(?x)
+        ^PASSED\ \S                                 # pytest -rA short summary
+        | ^\S+::\S.*\ PASSED(\s+\[\s*\d+%\])?$         # pytest -v
+        | ^test\ .+\ \.\.\.\ ok$                       # libtest
+        | ^\s*---\ PASS:\ \S                           # go test -v
+        | \ \.\.\.\ ok$                                # unittest -v
+        ",
+    );
+    let Ok(pass) = pass else {
+        return text.to_owned();
+    };
+    let mut out = String::with_capacity(text.len());
+    for l in text.lines().filter(|l| !pass.is_match(l)) {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
 }
 
 /// A string builder that never exceeds its byte budget.
@@ -367,6 +391,31 @@ ModuleNotFoundError: No module named 'missing_module'
         }
         let s = failure_summary(r.as_ref(), &out, 4096);
         assert!(s.contains("… and "), "{s}");
+    }
+
+    /// Guards issue 19: the `PASSED` lines that `-rA` adds are not part of a failure excerpt.
+    #[test]
+    fn pytest_ra_passed_lines_stay_out_of_the_summary() {
+        let out = include_str!("testdata/pytest_setup_error.txt");
+        let r = parse_output(None, out).unwrap();
+        assert_eq!(
+            r.failed.iter().collect::<Vec<_>>(),
+            ["tests/test_api.py::test_uses_db"]
+        );
+        let s = failure_summary(Some(&r), out, 2000);
+        assert!(
+            s.contains("ConnectionError: database is not reachable"),
+            "{s}"
+        );
+        assert!(!s.contains("PASSED"), "{s}");
+        // Without a report, too: the fallback's decisive and last lines.
+        let s = failure_summary(None, out, 2000);
+        assert!(
+            s.contains("ConnectionError: database is not reachable"),
+            "{s}"
+        );
+        assert!(s.contains("21 passed, 1 error"), "{s}");
+        assert!(!s.contains("PASSED"), "{s}");
     }
 
     #[test]

@@ -43,6 +43,9 @@ fn run(dir: &Path, command: &str) -> RunResult {
         // Each fixture builds into its own temp dir, never the crate's target dir.
         .env("CARGO_TARGET_DIR", dir.join("target"))
         .env("NO_COLOR", "1")
+        // CPython trusts a cached .pyc whose source has the same size and mtime second: an
+        // edit like `2` → `3` right after a run would not be seen.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
     RunResult {
@@ -63,16 +66,57 @@ fn edit(path: &Path, from: &str, to: &str) {
     std::fs::write(path, text.replacen(from, to, 1)).unwrap();
 }
 
+/// Runs a command line the way `run/verification.rs` captures it today: stdout and stderr
+/// through separate pipes, stderr appended after stdout.
+fn run_split(dir: &Path, command: &str) -> RunResult {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push('\n');
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    RunResult {
+        exit_code: out.status.code(),
+        output,
+    }
+}
+
+fn write(dir: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
 /// Baseline, fix, verify; then a regression on top of the fix must be caught.
 fn fix_then_regress(
     name: &str,
+    expect_cmd: &str,
+    failing: &str,
+    bug_fix: (&str, &str, &str),
+    regression: (&str, &str, &str),
+    regressed: &str,
+) {
+    let (_tmp, dir) = fixture(name);
+    fix_then_regress_in(&dir, expect_cmd, failing, bug_fix, regression, regressed);
+}
+
+fn fix_then_regress_in(
+    dir: &Path,
     expect_cmd: &str,
     failing: &str,
     (file, bug, fix): (&str, &str, &str),
     (rfile, rfrom, rto): (&str, &str, &str),
     regressed: &str,
 ) {
-    let (_tmp, dir) = fixture(name);
+    let dir = dir.to_owned();
     let cmd = detected(&dir);
     let reliable = reliable_command(&cmd);
     assert_eq!(reliable.command, expect_cmd, "{}", reliable.note);
@@ -238,4 +282,98 @@ fn compile_error_gives_a_summary_with_the_compiler_message() {
     let d = decide(None, &obs);
     assert!(!d.success);
     assert_eq!(d.basis, Basis::ExitCode);
+}
+
+/// A Python project that tests with unittest alone: detected as unittest (not pytest, which
+/// it does not install), run verbosely, and compared by test id with real CPython.
+#[test]
+fn python_unittest_project_fix_and_regression_with_real_python() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("unittest-add");
+    write(
+        &dir,
+        &[
+            (
+                "pyproject.toml",
+                "[project]\nname = \"calc\"\nversion = \"0.1\"\n",
+            ),
+            (
+                "calc.py",
+                "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n",
+            ),
+            ("tests/__init__.py", ""),
+            (
+                "tests/test_calc.py",
+                concat!(
+                    "import unittest\n\nfrom calc import add, sub\n\n\n",
+                    "class CalcTest(unittest.TestCase):\n",
+                    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n",
+                    "    def test_sub(self):\n        self.assertEqual(sub(5, 3), 2)\n",
+                ),
+            ),
+        ],
+    );
+    fix_then_regress_in(
+        &dir,
+        "python3 -m unittest -v",
+        "tests.test_calc.CalcTest.test_add",
+        (
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        ("tests/test_calc.py", "sub(5, 3), 2", "sub(5, 3), 3"),
+        "tests.test_calc.CalcTest.test_sub",
+    );
+}
+
+/// Guards issue 19: with stdout and stderr captured apart (cargo's `Running` lines on stderr,
+/// the tests on stdout), two tests of the same name in two test binaries stay two tests, and
+/// fixing one is not hidden by the other.
+#[test]
+fn cargo_same_test_name_in_two_binaries_with_stderr_captured_apart() {
+    let (_tmp, dir) = fixture("rust-add");
+    // A second integration test binary with a test named like the one in tests/api.rs.
+    write(
+        &dir,
+        &[(
+            "tests/twice.rs",
+            "#[test]\nfn sub_is_public() {\n    assert_eq!(fixture_add::add(1, 1), 2);\n}\n",
+        )],
+    );
+    let cmd = detected(&dir);
+    let command = reliable_command(&cmd).command;
+    let base_run = run_split(&dir, &command);
+    let baseline = observe(&cmd, &base_run, &[]);
+    let report = baseline.report.as_ref().expect("baseline parsed");
+    assert_eq!(report.names, Names::Full, "{}", base_run.output);
+    assert_eq!(
+        report.failed.iter().collect::<Vec<_>>(),
+        [
+            "fixture_add(src/lib.rs)::tests::adds_two_numbers",
+            "twice(tests/twice.rs)::sub_is_public"
+        ],
+        "{}",
+        base_run.output
+    );
+    assert!(
+        report.passed.contains("api(tests/api.rs)::sub_is_public"),
+        "{report:?}"
+    );
+
+    edit(
+        &dir.join("src/lib.rs"),
+        "a: i64, b: i64) -> i64 {\n    a - b",
+        "a: i64, b: i64) -> i64 {\n    a + b",
+    );
+    let fixed = observe(&cmd, &run_split(&dir, &command), &[]);
+    let d = decide(Some(&baseline), &fixed);
+    assert!(d.success, "{d:?}");
+    assert_eq!(
+        d.newly_passing,
+        [
+            "fixture_add(src/lib.rs)::tests::adds_two_numbers",
+            "twice(tests/twice.rs)::sub_is_public"
+        ]
+    );
 }
