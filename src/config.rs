@@ -264,6 +264,9 @@ pub struct VerifyConfig {
     /// Whether a fix must show a test that fails before it and passes after it, when the
     /// baseline shows no failing test.
     pub reproduce: Reproduce,
+    /// Whether a baseline failure that still fails, unrelated to the change, may stand when
+    /// the run fixed what it was for.
+    pub preexisting: Preexisting,
 }
 
 impl Default for VerifyConfig {
@@ -272,8 +275,24 @@ impl Default for VerifyConfig {
             test: None,
             timeout_minutes: 15,
             reproduce: Reproduce::Prefer,
+            preexisting: Preexisting::Allow,
         }
     }
+}
+
+/// `verify.preexisting`: real projects have tests that fail on the base for reasons unrelated
+/// to the request (a test that depends on the Python version).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preexisting {
+    /// A baseline failure that still fails does not block success when the run fixed at
+    /// least one baseline failure, nothing newly fails, and the test is unrelated (the
+    /// request does not name it, it is no variant of a fixed test, its file does not import
+    /// a changed module). When in doubt it blocks.
+    #[default]
+    Allow,
+    /// Every baseline failure must pass.
+    Block,
 }
 
 /// `verify.reproduce`: a fix request whose baseline shows no failing test proves nothing by
@@ -515,6 +534,7 @@ const REPO_RULES: &[(&str, RepoRule)] = &[
     ("verify.test", RepoRule::Free),
     ("verify.timeout_minutes", RepoRule::Lower),
     ("verify.reproduce", RepoRule::Stricter),
+    ("verify.preexisting", RepoRule::Stricter),
     ("policy.allow_paths", RepoRule::Narrow),
     ("policy.deny_paths", RepoRule::Append),
     ("policy.network", RepoRule::Network),
@@ -937,6 +957,7 @@ fn tighten_repo_layer(
                 let (order, towards): (&[&str], &str) = match (rule, key.as_str()) {
                     (RepoRule::Network, _) => (&["off", "allowlist", "on"], "off"),
                     (_, "verify.reproduce") => (&["require", "prefer", "off"], "require"),
+                    (_, "verify.preexisting") => (&["block", "allow"], "block"),
                     _ => (&["forbid", "ask", "allow"], "forbid"),
                 };
                 if let (Some(new), Some(old_rank)) =

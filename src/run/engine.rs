@@ -220,6 +220,7 @@ pub(super) fn new_record(
         integrity: None,
         attribution: Default::default(),
         fingerprints: Default::default(),
+        flaky: Default::default(),
     };
     rec.base_ref = rec.task.base.clone();
     Ok((rec, dir))
@@ -452,7 +453,9 @@ impl<'a> Active<'a> {
                     p.why, p.hint
                 ));
                 led.transition(RunState::EnvironmentFailed)?;
+                return Ok(());
             }
+            verification::find_flaky(led, bench, cmd).await?;
         }
         Ok(())
     }

@@ -141,6 +141,9 @@ pub struct RunRecord {
     /// the next change to it is attributed to whoever made it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fingerprints: BTreeMap<String, String>,
+    /// Baseline failures that passed when run again on their own: left out of decisions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub flaky: std::collections::BTreeSet<String>,
 }
 
 impl RunRecord {

@@ -109,6 +109,12 @@ pub struct Integrity {
     pub reproduced: bool,
     /// Files left out of the commit because only the test command wrote them.
     pub excluded: Vec<String>,
+    /// Tests that failed before and still fail, unrelated to the change (not blocking).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preexisting: Vec<String>,
+    /// Tests that failed in the baseline but passed on their own (left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaky: Vec<String>,
     /// Every check passed.
     pub passed: bool,
 }
@@ -236,6 +242,24 @@ fn integrity_block(i: &Integrity) -> String {
         out.push_str(&format!(
             "- Runner configuration changed: {}\n",
             lines.join("; ")
+        ));
+    }
+    if !i.preexisting.is_empty() {
+        let names: Vec<String> = i
+            .preexisting
+            .iter()
+            .map(|p| format!("`{}`", cell(p)))
+            .collect();
+        out.push_str(&format!(
+            "- Pre-existing failures, unrelated to the change (not blocking): {}\n",
+            names.join(", ")
+        ));
+    }
+    if !i.flaky.is_empty() {
+        let names: Vec<String> = i.flaky.iter().map(|p| format!("`{}`", cell(p))).collect();
+        out.push_str(&format!(
+            "- Flaky (failed before, passed on its own; left out): {}\n",
+            names.join(", ")
         ));
     }
     if !i.excluded.is_empty() {
@@ -633,6 +657,8 @@ mod tests {
             reproduction: None,
             reproduced: true,
             excluded: vec!["Cargo.lock".into()],
+            preexisting: vec!["tests/test_env.py::test_runs_on_python_two".into()],
+            flaky: Vec::new(),
             passed: false,
         });
         insta::assert_snapshot!(

@@ -21,7 +21,7 @@ use super::report::{Integrity, TestFileChange, VerifyLine};
 use super::setup::{self, Workbench};
 use super::{attribution, checkpoint};
 use crate::audit::chain::Kind;
-use crate::config::Reproduce;
+use crate::config::{Preexisting, Reproduce};
 use crate::exec::{ExecRequest, Executor, Termination};
 use crate::policy::{Approval, runner_config_change};
 use crate::verify::{self, Decision, Observation, RunResult, TestCommand};
@@ -75,13 +75,28 @@ pub(super) struct TestRun {
 }
 
 impl TestRun {
-    /// What the model is told: the one-line result, then the failure summary.
+    /// What the model is told: the one-line result, then the failure summary, and which
+    /// failures it should leave alone.
     pub(super) fn feedback(&self) -> String {
-        if self.line.excerpt.is_empty() {
+        let mut text = if self.line.excerpt.is_empty() {
             self.line.result.clone()
         } else {
             format!("{}\n{}", self.line.result, self.line.excerpt)
+        };
+        let leave: Vec<String> = self
+            .decision
+            .preexisting
+            .iter()
+            .chain(&self.decision.flaky)
+            .cloned()
+            .collect();
+        if !leave.is_empty() {
+            text.push_str(&format!(
+                "\nThese failed before your change and are unrelated to it (or flaky); do not try to fix them: {}",
+                quoted(&leave)
+            ));
         }
+        text
     }
 }
 
@@ -121,12 +136,26 @@ pub(super) async fn run_tests(
     check: Check,
 ) -> Result<TestRun> {
     attribution::observe(led, &bench.worktree, "a tool or command")?;
+    let changed = match check {
+        Check::Baseline => Vec::new(),
+        _ => {
+            let base = led.svc.repo.resolve(&led.rec.base_sha)?;
+            let snapshot = bench.worktree.snapshot()?;
+            led.svc
+                .repo
+                .changed_blobs(base, snapshot)?
+                .into_iter()
+                .map(|c| c.path)
+                .collect()
+        }
+    };
     let run = run_tests_at(
         led,
         bench.executor.as_ref(),
         bench.worktree.path(),
         cmd,
         check,
+        &changed,
     )
     .await?;
     attribution::observe(
@@ -141,13 +170,15 @@ pub(super) async fn run_tests(
 }
 
 /// Run the test command once through `executor`, rooted at `root` (the worktree or a clean
-/// checkout), and read it against the record's baseline.
+/// checkout), and read it against the record's baseline; `changed` holds the paths the run
+/// changed from the base (for telling pre-existing failures from related ones).
 async fn run_tests_at(
     led: &mut Ledger<'_>,
     executor: &dyn Executor,
     root: &Path,
     cmd: &TestCommand,
     check: Check,
+    changed: &[String],
 ) -> Result<TestRun> {
     let svc = led.svc;
     let since = std::time::SystemTime::now();
@@ -176,7 +207,15 @@ async fn run_tests_at(
         },
         &junit,
     );
-    let decision = verify::decide(led.rec.baseline.as_ref(), &obs);
+    let mut decision = verify::decide(led.rec.baseline.as_ref(), &obs);
+    if !matches!(check, Check::Baseline | Check::OnBase(_)) {
+        let allow = svc.config.settings.verify.preexisting == Preexisting::Allow;
+        let goal = led.rec.task.goal.clone();
+        let fixed = decision.newly_passing.clone();
+        verify::excuse(&mut decision, &obs, &led.rec.flaky, |name| {
+            allow && unrelated(name, &goal, &fixed, changed, root)
+        });
+    }
     let result = match check {
         // Nothing to compare the baseline with: it says what fails already.
         Check::Baseline => baseline_result(&obs, exit_code),
@@ -218,6 +257,66 @@ async fn run_tests_at(
         decision,
         output: text,
     })
+}
+
+/// Most baseline failures run again on their own to find flaky ones.
+const MAX_FLAKY_RERUNS: usize = 5;
+
+/// Run each failing test of the baseline once more on its own (pytest node ids; other
+/// runners have no portable way to run one test, so nothing is rerun for them). One that
+/// passes then is flaky: named in the report and left out of every decision (issue 19).
+pub(super) async fn find_flaky(
+    led: &mut Ledger<'_>,
+    bench: &Workbench,
+    cmd: &TestCommand,
+) -> Result<()> {
+    if cmd.runner != verify::Runner::Pytest {
+        return Ok(());
+    }
+    let Some(failed) = led
+        .rec
+        .baseline
+        .as_ref()
+        .and_then(|b| b.report.as_ref())
+        .map(|r| r.failed.clone())
+    else {
+        return Ok(());
+    };
+    let timeout =
+        Duration::from_secs(u64::from(led.svc.config.settings.verify.timeout_minutes.max(1)) * 60);
+    for name in failed
+        .iter()
+        .filter(|n| n.contains("::"))
+        .take(MAX_FLAKY_RERUNS)
+    {
+        let quoted = format!("'{}'", name.replace('\'', "'\\''"));
+        let line = format!("{} {quoted}", cmd.command);
+        let out = bench
+            .executor
+            .run(ExecRequest::shell(line.clone()).timeout(timeout))
+            .await?;
+        let passed = matches!(out.status, Termination::Exited(0));
+        led.audit(
+            Kind::Verify,
+            json!({"when": "flaky check", "command": line, "status": out.status}),
+        )?;
+        if passed {
+            led.rec.flaky.insert(name.clone());
+        }
+    }
+    attribution::observe(
+        led,
+        &bench.worktree,
+        &format!("{} (flaky check)", attribution::TEST_COMMAND),
+    )?;
+    if !led.rec.flaky.is_empty() {
+        let names: Vec<String> = led.rec.flaky.iter().cloned().collect();
+        led.rec.notes.push(format!(
+            "Flaky: {} failed in the baseline but passed when run again on its own; left out of the decision.",
+            quoted(&names)
+        ));
+    }
+    Ok(())
 }
 
 /// The baseline's one-line result: which tests fail already, or the counts.
@@ -318,6 +417,7 @@ pub(super) async fn final_check(
     let snapshot = bench.worktree.snapshot()?;
     let changed = svc.repo.changed_blobs(base, snapshot)?;
     describe_changes(led, &changed, &mut integrity);
+    let paths: Vec<String> = changed.iter().map(|c| c.path.clone()).collect();
     if !run.decision.success {
         led.rec.integrity = Some(integrity);
         return Ok(Verdict::failed(feedback));
@@ -325,8 +425,12 @@ pub(super) async fn final_check(
     let name = format!("{}-verify", led.rec.run_id);
 
     // 3. A clean checkout of what would be committed.
-    let clean = run_clean(led, &name, snapshot, cmd, Check::Clean(attempt)).await?;
+    let clean = run_clean(led, &name, snapshot, cmd, Check::Clean(attempt), &paths).await?;
     integrity.clean_tree = Some(clean.line.result.clone());
+    integrity
+        .preexisting
+        .clone_from(&clean.decision.preexisting);
+    integrity.flaky.clone_from(&clean.decision.flaky);
     let clean_ok = clean.decision.success;
     let clean_feedback = clean.feedback();
     let clean_obs = clean.obs.clone();
@@ -350,7 +454,7 @@ pub(super) async fn final_check(
         integrity.held_out = Some("not needed: no test file of the base was changed".into());
     } else {
         let commit = svc.repo.overlay(snapshot, base, &held_out)?;
-        let run = run_clean(led, &name, commit, cmd, Check::HeldOut(attempt)).await?;
+        let run = run_clean(led, &name, commit, cmd, Check::HeldOut(attempt), &paths).await?;
         let ok = run.decision.success;
         integrity.held_out = Some(format!(
             "{} (base versions of {})",
@@ -447,7 +551,7 @@ pub(super) async fn final_check(
             });
         } else {
             let commit = svc.repo.overlay(base, snapshot, &test_paths)?;
-            let run = run_clean(led, &name, commit, cmd, Check::OnBase(attempt)).await?;
+            let run = run_clean(led, &name, commit, cmd, Check::OnBase(attempt), &paths).await?;
             let failing_on_base: Vec<String> = new_tests
                 .iter()
                 .filter(|n| match &run.obs.report {
@@ -497,16 +601,81 @@ async fn run_clean(
     commit: gix::ObjectId,
     cmd: &TestCommand,
     check: Check,
+    changed: &[String],
 ) -> Result<TestRun> {
     let svc = led.svc;
     let tree = svc.repo.clean_checkout(name, commit)?;
     let executor = setup::executor_at(svc, tree.path())?;
-    let run = run_tests_at(led, executor.as_ref(), tree.path(), cmd, check).await;
+    let run = run_tests_at(led, executor.as_ref(), tree.path(), cmd, check, changed).await;
     drop(executor);
     if let Err(e) = tree.remove() {
         tracing::warn!(error = %e, "cannot remove a clean checkout");
     }
     run
+}
+
+/// Whether a test that failed before and still fails is unrelated to the change, so it may
+/// stand as pre-existing (issue 19): a pytest node id whose name the request does not
+/// mention, that is no variant (same function, other parameters) of a test the run fixed,
+/// and whose file imports none of the Python modules the run changed. Anything else — other
+/// runners included — is in doubt, and blocks.
+fn unrelated(name: &str, goal: &str, fixed: &[String], changed: &[String], root: &Path) -> bool {
+    let Some((file, rest)) = name.split_once("::") else {
+        return false;
+    };
+    if !file.ends_with(".py") {
+        return false;
+    }
+    let stem = name.split('[').next().unwrap_or(name);
+    let func = rest.split('[').next().unwrap_or(rest);
+    let func = func.rsplit("::").next().unwrap_or(func);
+    if goal.contains(func) || goal.contains(stem) {
+        return false;
+    }
+    if fixed
+        .iter()
+        .any(|f| f.split('[').next().unwrap_or(f) == stem)
+    {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+        return false;
+    };
+    !changed
+        .iter()
+        .filter(|p| p.ends_with(".py") && !verify::is_test_path(p))
+        .any(|p| imports_module(&text, p))
+}
+
+/// Whether Python source `text` imports the module at repository path `path` (`src/` layouts
+/// and relative imports included), as written.
+fn imports_module(text: &str, path: &str) -> bool {
+    let rel = path.strip_prefix("src/").unwrap_or(path);
+    let rel = rel.strip_suffix(".py").unwrap_or(rel);
+    let rel = rel.strip_suffix("/__init__").unwrap_or(rel);
+    let dotted = rel.replace('/', ".");
+    let (parent, last) = match dotted.rsplit_once('.') {
+        Some((p, l)) => (Some(p.to_string()), l.to_string()),
+        None => (None, dotted.clone()),
+    };
+    let e = |s: &str| regex::escape(s);
+    let mut patterns = vec![
+        format!(r"(?m)^\s*import\s+[^\n]*\b{}\b", e(&dotted)),
+        format!(r"(?m)^\s*from\s+{}\s+import\b", e(&dotted)),
+        format!(r"(?m)^\s*from\s+\.+{}\s+import\b", e(&last)),
+        format!(r"(?m)^\s*from\s+\.+\s+import\s+[^\n]*\b{}\b", e(&last)),
+    ];
+    if let Some(parent) = parent {
+        patterns.push(format!(
+            r"(?m)^\s*from\s+{}\s+import\s+[^\n]*\b{}\b",
+            e(&parent),
+            e(&last)
+        ));
+    }
+    patterns.iter().any(|p| {
+        // A pattern that does not compile is doubt: count it as importing.
+        regex::Regex::new(p).map_or(true, |re| re.is_match(text))
+    })
 }
 
 /// The failing tests the baseline named (or its failing exit), when it showed any.

@@ -84,6 +84,13 @@ pub struct Decision {
     /// not a success, whatever the exit code.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unreadable: bool,
+    /// Failed in the baseline, still fail, and are unrelated to the change: not blocking
+    /// (`verify.preexisting = "allow"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preexisting: Vec<String>,
+    /// Failed in the baseline but passed when run again on their own: left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaky: Vec<String>,
 }
 
 impl Decision {
@@ -105,6 +112,15 @@ impl Decision {
         if !self.still_failing.is_empty() {
             parts.push(format!("{} still failing", self.still_failing.len()));
         }
+        if !self.preexisting.is_empty() {
+            parts.push(format!(
+                "{} failing before and unrelated (pre-existing)",
+                self.preexisting.len()
+            ));
+        }
+        if !self.flaky.is_empty() {
+            parts.push(format!("{} flaky left out", self.flaky.len()));
+        }
         if !self.missing.is_empty() {
             parts.push(format!("{} failing before did not run", self.missing.len()));
         }
@@ -124,6 +140,56 @@ impl Decision {
         }
         parts.join("; ")
     }
+}
+
+/// Take `flaky` tests (failed in the baseline, passed on their own) out of the decision, and
+/// let the still-failing tests for which `unrelated` says so stand as pre-existing — but only
+/// when the run fixed at least one baseline failure and nothing newly fails, names compare
+/// in full, and every test that fails now is accounted for. When in doubt it blocks.
+pub fn excuse(
+    d: &mut Decision,
+    now: &Observation,
+    flaky: &BTreeSet<String>,
+    unrelated: impl Fn(&str) -> bool,
+) {
+    if d.basis == Basis::ExitCode || d.unreadable {
+        return;
+    }
+    let take = |v: &mut Vec<String>, out: &mut Vec<String>, keep: &dyn Fn(&str) -> bool| {
+        let (gone, stay): (Vec<String>, Vec<String>) = v.drain(..).partition(|n| !keep(n));
+        *v = stay;
+        out.extend(gone);
+    };
+    let mut left_out = Vec::new();
+    for v in [&mut d.newly_failing, &mut d.still_failing, &mut d.missing] {
+        take(v, &mut left_out, &|n| !flaky.contains(n));
+    }
+    left_out.sort();
+    left_out.dedup();
+    d.flaky = left_out;
+    if !d.newly_passing.is_empty() && d.newly_failing.is_empty() && d.missing.is_empty() {
+        let mut pre = Vec::new();
+        take(&mut d.still_failing, &mut pre, &|n| !unrelated(n));
+        d.preexisting = pre;
+    }
+    if !d.preexisting.is_empty() {
+        d.notes.push(format!(
+            "{} test(s) failed before the change and still fail, unrelated to it (pre-existing): {}",
+            d.preexisting.len(),
+            d.preexisting.join(", ")
+        ));
+    }
+    let excused: BTreeSet<&String> = d.preexisting.iter().chain(&d.flaky).collect();
+    let failing_accounted = now
+        .report
+        .as_ref()
+        .is_some_and(|r| r.failed.iter().all(|n| excused.contains(n)));
+    let exit_ok = now.exit_code == Some(0) || (now.exit_code.is_some() && failing_accounted);
+    d.success = exit_ok
+        && d.newly_failing.is_empty()
+        && d.still_failing.is_empty()
+        && d.missing.is_empty()
+        && failing_accounted;
 }
 
 fn usable(o: Option<&Observation>) -> Option<&TestReport> {
@@ -149,6 +215,8 @@ pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
         dropped: Vec::new(),
         notes: Vec::new(),
         unreadable: false,
+        preexisting: Vec::new(),
+        flaky: Vec::new(),
     };
     let exit_ok = after.exit_code == Some(0);
     match after.exit_code {
@@ -418,6 +486,55 @@ mod tests {
         let clean = obs(0, Some(report(Names::Full, &["a"], &[])));
         let d = decide(Some(&clean), &obs(0, None));
         assert!(d.success && !d.unreadable);
+    }
+
+    /// Issue 19 point 7: a test failing before for an unrelated reason does not block a run
+    /// that fixed what it was for; a flaky one is left out; a related one still blocks.
+    #[test]
+    fn preexisting_and_flaky_failures_are_excused_only_when_unrelated() {
+        let before = obs(
+            1,
+            Some(report(
+                Names::Full,
+                &["a"],
+                &["fix", "py_version", "wobbly"],
+            )),
+        );
+        let after = obs(
+            1,
+            Some(report(
+                Names::Full,
+                &["a", "fix"],
+                &["py_version", "wobbly"],
+            )),
+        );
+        let flaky: BTreeSet<String> = ["wobbly".to_string()].into();
+        let mut d = decide(Some(&before), &after);
+        assert!(!d.success);
+        excuse(&mut d, &after, &flaky, |n| n == "py_version");
+        assert!(d.success, "{d:?}");
+        assert_eq!(d.preexisting, ["py_version"]);
+        assert_eq!(d.flaky, ["wobbly"]);
+        assert!(
+            d.headline(&after).contains("pre-existing"),
+            "{}",
+            d.headline(&after)
+        );
+        // Related (or in doubt): it blocks.
+        let mut d = decide(Some(&before), &after);
+        excuse(&mut d, &after, &flaky, |_| false);
+        assert!(!d.success);
+        assert_eq!(d.still_failing, ["py_version"]);
+        // Nothing fixed: nothing excused.
+        let nothing = obs(1, Some(report(Names::Full, &["a"], &["fix", "py_version"])));
+        let mut d = decide(Some(&before), &nothing);
+        excuse(&mut d, &nothing, &BTreeSet::new(), |_| true);
+        assert!(!d.success && d.preexisting.is_empty());
+        // A newly failing test always fails the run.
+        let broke = obs(1, Some(report(Names::Full, &["fix"], &["py_version", "a"])));
+        let mut d = decide(Some(&before), &broke);
+        excuse(&mut d, &broke, &BTreeSet::new(), |_| true);
+        assert!(!d.success);
     }
 
     #[test]

@@ -506,3 +506,99 @@ fn a_baseline_that_cannot_run_ends_before_any_model_turn() {
         assert!(report.contains("--test-cmd"), "{report}");
     }
 }
+
+/// Issue 19 point 7: one test fails on the base for a reason unrelated to the request (the
+/// Python version) and one fails one time in two (flaky); the fix for `add` succeeds, the
+/// first listed as pre-existing, the second as flaky, neither deciding.
+#[test]
+fn preexisting_and_flaky_failures_do_not_block_a_real_fix() {
+    let f = Fixture::new("python-add");
+    let repo = f.repo();
+    std::fs::write(
+        repo.join("tests/test_env.py"),
+        "import sys\n\n\ndef test_runs_on_python_two():\n    assert sys.version_info < (3, 0)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join("tests/test_wobbly.py"),
+        "import pathlib\n\n\ndef test_wobbly():\n    mark = pathlib.Path(__file__).parent / 'wobble.mark'\n    if mark.exists():\n        mark.unlink()\n        return\n    mark.write_text('x')\n    assert False, 'fails one time in two'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join(".gitignore"),
+        "__pycache__/\n.pytest_cache/\nwobble.mark\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qm",
+            "env",
+        ],
+    );
+    let script = f.script(&[
+        plan(&["calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("Pre-existing failures, unrelated to the change (not blocking): `tests/test_env.py::test_runs_on_python_two`"),
+        "{report}"
+    );
+    assert!(
+        report.contains("`tests/test_wobbly.py::test_wobbly`"),
+        "{report}"
+    );
+    assert!(report.contains("Flaky"), "{report}");
+
+    // With `verify.preexisting = "block"` the same run fails.
+    let g = Fixture::new("python-add");
+    let repo = g.repo();
+    std::fs::copy(
+        f.repo().join("tests/test_env.py"),
+        repo.join("tests/test_env.py"),
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qm",
+            "env",
+        ],
+    );
+    g.user_config(&format!("{ONE_ATTEMPT}[verify]\npreexisting = \"block\"\n"));
+    let script = g.script(&[
+        plan(&["calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        finish(),
+    ]);
+    let (code, json) = g.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("failed"), Some(1)),
+        "{json}"
+    );
+}
