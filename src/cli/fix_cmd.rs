@@ -144,6 +144,7 @@ pub(super) fn services(
         record,
         resume,
         progress: progress.callback.clone(),
+        state_dir: None,
     };
     Ok(services::build(repo, cfg, opts)?)
 }

@@ -113,6 +113,8 @@ pub enum Command {
     Sandbox(doctor_cmd::SandboxArgs),
     /// Check what this machine gives a run: the sandbox first.
     Doctor(doctor_cmd::DoctorArgs),
+    /// Remove old pooled worktrees and those of finished runs (`--older-than`, `--max-size`).
+    Gc(gc_cmd::Args),
 }
 
 mod action_cmd;
@@ -121,6 +123,7 @@ pub mod context;
 mod demo_cmd;
 mod doctor_cmd;
 mod fix_cmd;
+mod gc_cmd;
 mod locate_cmd;
 mod map_cmd;
 mod output;
@@ -185,6 +188,7 @@ fn dispatch(command: Command, log: &str) -> anyhow::Result<u8> {
         Command::Serve(args) => serve_cmd::run(args, log),
         Command::Sandbox(args) => doctor_cmd::sandbox(args),
         Command::Doctor(args) => doctor_cmd::doctor(args),
+        Command::Gc(args) => gc_cmd::run(args),
     }
 }
 

@@ -80,7 +80,7 @@ pub struct Services {
     pub progress: Arc<dyn Fn(&RunEvent) + Send + Sync>,
     /// How commands run (sandbox, network, limits).
     pub exec_options: ExecOptions,
-    /// Reuse pooled worktrees.
+    /// Reuse pooled worktrees, and hand a run's worktree to the pool when it ends.
     pub warm_pool: bool,
 }
 
@@ -188,7 +188,7 @@ pub(super) fn new_record(
         branch,
         base_ref: String::new(),
         base_sha,
-        worktree: svc.repo.worktrees_dir().join(&run_id),
+        worktree: svc.repo.worktrees_dir()?.join(&run_id),
         test_command: opts
             .test_command
             .clone()
@@ -298,6 +298,7 @@ pub fn cancel(svc: &Services, run_id: &str, note: &str) -> Result<Outcome> {
     run.led.rec.notes.push(note.to_string());
     run.led.transition(RunState::Cancelled)?;
     run.finish_report()?;
+    run.release_worktree();
     Ok(run.led.outcome())
 }
 
@@ -364,7 +365,30 @@ impl<'a> Active<'a> {
         if self.led.rec.state.is_terminal() || self.led.rec.state == RunState::AwaitingApproval {
             self.finish_report()?;
         }
+        self.release_worktree();
         Ok(self.led.outcome())
+    }
+
+    /// An ended run's worktree goes to the warm pool (when the services keep one), so the
+    /// next run here starts from its build caches instead of from scratch. The branch holds
+    /// everything the run verified; the report is written. A failure to move it is logged
+    /// and leaves the worktree where it is (gc removes it later).
+    fn release_worktree(&mut self) {
+        let svc = self.led.svc;
+        if !svc.warm_pool || !self.led.rec.state.is_terminal() {
+            return;
+        }
+        // The executor and the tools hold the worktree's path: let them go first.
+        self.bench = None;
+        match svc.repo.release_run_worktree(&self.led.rec.run_id) {
+            Ok(Some(pooled)) => {
+                tracing::debug!(run = %self.led.rec.run_id, to = %pooled.display(), "worktree pooled");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(run = %self.led.rec.run_id, error = %e, "the worktree stays: cannot pool it");
+            }
+        }
     }
 
     async fn drive_inner(&mut self) -> Result<()> {
