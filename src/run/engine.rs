@@ -605,6 +605,7 @@ impl<'a> Active<'a> {
                 }
             }
         }
+        self.keep_plan();
         self.led.save()?;
         failpoint(&format!("after-turn-{}", self.led.rec.turns));
         if let Some(call) = finish {
@@ -666,8 +667,12 @@ impl<'a> Active<'a> {
             return Ok(());
         };
         let (led, bench) = self.parts()?;
+        // Every deciding verification is an attempt, passed or not (a reviewer may send a
+        // passed one back): the report's `attempt N` labels and `--json`'s `attempts` count
+        // the same thing.
         let attempt = led.rec.fix_attempts + 1;
         let verdict = verification::final_check(led, bench, &cmd, attempt).await?;
+        led.rec.fix_attempts = attempt;
         if verdict.passed {
             checkpoint::commit(led, bench, "verified")?;
             failpoint("after-commit");
@@ -684,7 +689,6 @@ impl<'a> Active<'a> {
             return Ok(());
         }
         let max = led.svc.config.settings.budget.max_fix_attempts;
-        led.rec.fix_attempts = attempt;
         if attempt >= max {
             let none = if led.rec.commits.is_empty() {
                 " (none: no verified step)"
@@ -705,8 +709,20 @@ impl<'a> Active<'a> {
         Ok(())
     }
 
+    /// The plan as the coder last revised it (`update_plan` while coding) becomes the
+    /// record's, so the report shows the plan the run worked to, not the planner's first.
+    fn keep_plan(&mut self) {
+        if let Some(bench) = &self.bench
+            && let Some(plan) = bench.ctx.with_plan(|p| p.plan.clone())
+            && !plan.steps.is_empty()
+        {
+            self.led.rec.plan = Some(plan);
+        }
+    }
+
     /// Render the report, write it as `pr.md`, mirror the record.
     fn finish_report(&mut self) -> Result<()> {
+        self.keep_plan();
         let worktree = self.bench.as_ref().map(|b| &b.worktree);
         self.led.write_report(worktree)
     }

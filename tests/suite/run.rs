@@ -196,10 +196,12 @@ fn python_wrong_first_fix_corrected_after_feedback() {
     ]);
     let (code, json) = f.fix(&script, &["fix add"], &[]);
     assert_eq!(code, Some(0), "{json}");
-    assert_eq!(json["verification"]["attempts"], 1);
+    // Two deciding test runs: two `attempt` labels, and `attempts` says two (issue 19).
+    assert_eq!(json["verification"]["attempts"], 2);
     let report = f.report(json["run_id"].as_str().unwrap());
     assert!(report.contains("| attempt 1 |"), "{report}");
     assert!(report.contains("| attempt 2 |"), "{report}");
+    assert!(!report.contains("| attempt 3 |"), "{report}");
     let branch = json["branch"].as_str().unwrap();
     assert!(git(&f.repo(), &["show", &format!("{branch}:calc.py")]).contains("return a + b"));
 }
@@ -251,6 +253,10 @@ fn fix_attempts_exhausted_fails_honestly() {
     );
     assert!(report.contains("verification did not pass"), "{report}");
     assert!(report.contains("adds_two_numbers"), "{report}");
+    // Nothing verified reached the branch: the plan's step is not ticked, two attempts ran.
+    assert!(report.contains("- [ ] 1. Make add add"), "{report}");
+    assert!(report.contains("| attempt 2 |"), "{report}");
+    assert_eq!(json["verification"]["attempts"], 2, "{json}");
 }
 
 /// A budget that runs out ends the run in budget_exhausted with exit 3, before the call
@@ -401,6 +407,13 @@ fn reviewer_blocking_finding_sends_the_run_back_once() {
         "{report}"
     );
     assert!(report.contains("**note**: consider overflow"), "{report}");
+    // Regression (issue 19): the passed attempt the reviewer sent back and the one after it
+    // are two attempts, labelled apart, and `attempts` counts both.
+    assert!(report.contains("| attempt 1 |"), "{report}");
+    assert!(report.contains("| attempt 2 |"), "{report}");
+    assert_eq!(json["verification"]["attempts"], 2, "{json}");
+    // The plan's box is ticked: the branch changes the file its step names.
+    assert!(report.contains("- [x] 1. Make add add"), "{report}");
     let rec: Value =
         serde_json::from_slice(&std::fs::read(f.run_dir(run).join("record.json")).unwrap())
             .unwrap();
