@@ -29,7 +29,7 @@ pub struct FixArgs {
     /// (title on the first line) or `<N>.json`. The run is linked to it (`Fixes #N`).
     #[arg(long, value_name = "N", conflicts_with_all = ["goal", "issue_file"])]
     pub issue: Option<u64>,
-    /// Base ref to branch from (default: origin/HEAD, else HEAD).
+    /// Base ref to branch from (default: HEAD, the commit checked out).
     #[arg(long)]
     pub base: Option<String>,
     /// Branch to create (default: agent/<slug>).
@@ -274,6 +274,12 @@ fn print_outcome(o: &Outcome, json: bool) -> anyhow::Result<u8> {
         let r = &o.record;
         writeln!(out, "run {} {}", r.run_id, r.state)?;
         writeln!(out, "  branch  {}", r.branch)?;
+        writeln!(
+            out,
+            "  base    {} ({})",
+            r.base_ref,
+            r.base_sha.get(..12).unwrap_or(&r.base_sha)
+        )?;
         for c in &r.commits {
             writeln!(out, "  commit  {c}")?;
         }
@@ -347,7 +353,7 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
     let base = args
         .base
         .clone()
-        .unwrap_or_else(|| context::default_base(&repo));
+        .unwrap_or_else(|| context::DEFAULT_BASE.to_string());
     let cfg = context::load_config(
         Some((&repo, &base)),
         None,

@@ -113,6 +113,7 @@ pub fn summary_json(rec: &RunRecord) -> serde_json::Value {
         "state": rec.state.as_str(),
         "branch": rec.branch,
         "base": rec.base_ref,
+        "base_sha": rec.base_sha,
         "commits": rec.commits,
         "verification": {
             "command": rec.test_command,

@@ -233,6 +233,8 @@ impl RunRecord {
             audit,
             audit_head,
             branch: self.branch.clone(),
+            base_ref: self.base_ref.clone(),
+            base_sha: self.base_sha.clone(),
         }
     }
 }

@@ -1200,3 +1200,52 @@ fn the_main_checkouts_node_modules_are_not_found_from_the_runs_worktree() {
     assert!(!before.contains("helper"), "{before}");
     assert!(before.contains("add"), "{before}");
 }
+
+/// Issue 19: `git agent plan`/`fix` start from the checked-out `HEAD` (a local commit the
+/// remote's default branch lacks is in the run), and the report says so; `--json` never
+/// calls a test command killed with 137 passed (a plan verifies nothing).
+#[test]
+fn the_default_base_is_head_and_a_killed_command_never_passed() {
+    let f = Fixture::new("python-add");
+    let old = git(&f.repo(), &["rev-parse", "HEAD"]).trim().to_string();
+    git(&f.repo(), &["update-ref", "refs/remotes/origin/main", &old]);
+    git(
+        &f.repo(),
+        &[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/main",
+        ],
+    );
+    std::fs::write(f.repo().join("local.txt"), "a local commit\n").unwrap();
+    git(&f.repo(), &["add", "-A"]);
+    git(&f.repo(), &["commit", "-qm", "local"]);
+    let head = git(&f.repo(), &["rev-parse", "HEAD"]).trim().to_string();
+    let script = f.script(&[plan(&["calc.py"])]);
+    let model = format!("scripted:{}", script.display());
+    let out = f.agent(
+        &[
+            "plan",
+            "--json",
+            "--model",
+            &model,
+            "--test-cmd",
+            "sh -c 'kill -9 $$'",
+            "look",
+        ],
+        &[],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(json["state"], "succeeded", "{json}");
+    assert_eq!(json["base"], "HEAD", "{json}");
+    assert_eq!(json["base_sha"], head.as_str(), "{json}");
+    assert_eq!(json["verification"]["exit_code"], 137, "{json}");
+    assert_eq!(json["verification"]["passed"], false, "{json}");
+    let report = f.report(json["run_id"].as_str().unwrap());
+    assert!(
+        report.contains(&format!("Base: `HEAD` at `{}`.", &head[..12])),
+        "{report}"
+    );
+}
