@@ -1249,3 +1249,71 @@ fn the_default_base_is_head_and_a_killed_command_never_passed() {
         "{report}"
     );
 }
+
+/// Issue 19: a run interrupted at the terminal (SIGTERM here; Ctrl-C is SIGINT, handled the
+/// same) ends `cancelled` with a report, its running command killed; `status` and `show`
+/// work afterwards instead of a run that says `analyzing` forever.
+#[test]
+fn sigterm_at_the_terminal_cancels_the_run_with_a_report() {
+    let f = Fixture::new("python-add");
+    let script = f.script(&[plan(&["calc.py"])]);
+    // A test command that outlives the test unless it is killed; its odd length names it.
+    let sleeper = "sleep 271.828";
+    let child = Command::new(env!("CARGO_BIN_EXE_git-agent"))
+        .args(["fix", "--json", "--test-cmd", sleeper, "--model"])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--repo")
+        .arg(f.repo())
+        .arg("fix add")
+        .env("XDG_CONFIG_HOME", f.tmp.path().join("config"))
+        .env("XDG_STATE_HOME", f.state())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sleeping = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"271.828"))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !sleeping() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the baseline never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("exit {:?}: {stderr}", out.status.code()));
+    assert_eq!(json["state"], "cancelled", "{json}\n{stderr}");
+    assert_eq!(out.status.code(), Some(1));
+    let run = json["run_id"].as_str().unwrap();
+    let status = f.agent(&["status", run, "--json"], &[]);
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["state"], "cancelled");
+    let show = f.agent(&["show", run], &[]);
+    assert_eq!(show.status.code(), Some(0));
+    let report = String::from_utf8_lossy(&show.stdout);
+    assert!(report.contains("**Cancelled.**"), "{report}");
+    assert!(report.contains("Interrupted by SIGTERM"), "{report}");
+    // The baseline's command went with the run.
+    let gone = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sleeping() {
+        assert!(
+            std::time::Instant::now() < gone,
+            "the test command outlived the run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let verify = f.agent(&["audit", "verify", run], &[]);
+    assert_eq!(verify.status.code(), Some(0));
+}
