@@ -1317,3 +1317,65 @@ fn sigterm_at_the_terminal_cancels_the_run_with_a_report() {
     let verify = f.agent(&["audit", "verify", run], &[]);
     assert_eq!(verify.status.code(), Some(0));
 }
+
+/// Issue 19: `git agent --help` is git's `git help agent`, which opens `git-agent(1)`: the
+/// page `git agent man` prints names every command, `--dir` writes a page for each, and `man`
+/// renders them for git.
+#[test]
+fn the_manual_pages_document_every_command_and_git_help_opens_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_git-agent"))
+            .args(args)
+            .env("XDG_CONFIG_HOME", tmp.path().join("cfg"))
+            .output()
+            .unwrap()
+    };
+    let out = agent(&["man"]);
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH git-agent 1"), "{page}");
+    let commands = [
+        "fix", "plan", "resume", "status", "show", "serve", "gc", "man",
+    ];
+    for command in commands {
+        assert!(
+            page.contains(&format!("git\\-agent\\-{command}(1)")),
+            "{command} missing:\n{page}"
+        );
+    }
+    let man1 = tmp.path().join("man/man1");
+    let out = agent(&["man", "--dir", man1.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(man1.join("git-agent.1")).unwrap(),
+        page
+    );
+    for command in commands {
+        let sub = std::fs::read_to_string(man1.join(format!("git-agent-{command}.1"))).unwrap();
+        assert!(sub.contains(&format!(".TH git-agent-{command} 1")), "{sub}");
+    }
+    // What git runs for `git agent --help` (git turns it into `git help agent` once it
+    // finds `git-agent` on PATH), with the pages where MANPATH points.
+    let bin = Path::new(env!("CARGO_BIN_EXE_git-agent")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = Command::new("git")
+        .args(["agent", "--help"])
+        .env("PATH", path)
+        .env("MANPATH", tmp.path().join("man"))
+        .env("MANPAGER", "cat")
+        .env("PAGER", "cat")
+        .env("GIT_PAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("git-agent-gc(1)"), "{text}");
+    assert!(text.contains("verified commits"), "{text}");
+}
