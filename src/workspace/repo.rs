@@ -152,7 +152,9 @@ impl Repo {
         self.inner.workdir()
     }
 
-    /// git-agent's own state directory: `<git-common-dir>/agent`.
+    /// git-agent's directory inside the repository, `<git-common-dir>/agent`: what belongs
+    /// with the repository (run records, local issues, the index cache). Run worktrees do
+    /// not: they live under the state directory ([`Repo::with_state_dir`]).
     pub fn agent_dir(&self) -> PathBuf {
         self.common_dir().join("agent")
     }
