@@ -1316,6 +1316,8 @@ fn sigterm_at_the_terminal_cancels_the_run_with_a_report() {
     }
     let verify = f.agent(&["audit", "verify", run], &[]);
     assert_eq!(verify.status.code(), Some(0));
+    // An interrupted run has ended: its worktree went to the pool like any other.
+    assert!(f.pooled(run).is_some());
 }
 
 /// Issue 19: `git agent --help` is git's `git help agent`, which opens `git-agent(1)`: the
