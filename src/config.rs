@@ -689,6 +689,16 @@ pub fn user_config_path() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/git-agent/config.toml"))
 }
 
+/// The user's state directory for git-agent: `$XDG_STATE_HOME/git-agent` or
+/// `~/.local/state/git-agent`. Run worktrees, the warm pool and the bot's mirrors live there,
+/// outside every repository.
+pub fn user_state_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+        return Some(PathBuf::from(x).join("git-agent"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/git-agent"))
+}
+
 /// Read the user layer from `path`; a missing file is no layer.
 pub fn user_layer(path: &Path) -> Result<Option<Layer>> {
     match std::fs::read_to_string(path) {

@@ -280,7 +280,7 @@ async fn one_run(repo_dir: &Path, script_path: &Path, turns: usize) -> Result<Me
     let m = marks.clone();
     let svc = Services {
         config: cfg,
-        repo: Repo::open(repo_dir)?,
+        repo: Repo::open(repo_dir)?.with_state_dir(repo_dir.with_file_name("state")),
         router: Arc::new(router),
         redactor: Arc::new(Redactor::from_process_env(&[])?),
         progress: Arc::new(move |e: &RunEvent| {

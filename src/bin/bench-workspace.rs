@@ -94,9 +94,10 @@ fn main() -> Result<()> {
         }
     }
     let repo_dir = repo_dir.context("usage: bench-workspace REPO [--runs N] [--files N]")?;
-    let repo = Repo::discover(&repo_dir)?;
     let files = tracked_files(&repo_dir, nfiles)?;
     let scratch = tempfile::tempdir()?;
+    // Run worktrees and the pool live in a state directory of the bench's own.
+    let repo = Repo::discover(&repo_dir)?.with_state_dir(scratch.path().join("state"));
     let count = {
         let out = Command::new("git")
             .args(["ls-files"])

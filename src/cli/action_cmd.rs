@@ -193,7 +193,7 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         &repo,
         &[default_branch.clone(), format!("origin/{default_branch}")],
     )
-    .unwrap_or_else(|| context::default_base(&repo));
+    .unwrap_or_else(|| context::DEFAULT_BASE.to_string());
     let cfg = context::load_config(Some((&repo, &config_rev)), None, input_layers())?;
     let token = std::env::var("GITHUB_TOKEN")
         .ok()

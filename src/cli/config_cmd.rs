@@ -11,7 +11,7 @@ pub struct Args {
     /// Repository to read `.github/agent.toml` from (default: the current directory's).
     #[arg(long)]
     pub repo: Option<PathBuf>,
-    /// Ref whose `.github/agent.toml` is the repository layer (default: origin/HEAD or HEAD).
+    /// Ref whose `.github/agent.toml` is the repository layer (default: HEAD).
     #[arg(long)]
     pub base: Option<String>,
     /// Print JSON: `{"settings": …, "origins": {key: source}}`.
@@ -23,7 +23,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let repo = context::open_repo(args.repo.as_deref()).ok();
     let base = match (&repo, args.base) {
         (_, Some(b)) => Some(b),
-        (Some(r), None) => Some(context::default_base(r)),
+        (Some(_), None) => Some(context::DEFAULT_BASE.to_string()),
         (None, None) => None,
     };
     let cfg = context::load_config(repo.as_ref().zip(base.as_deref()), None, Vec::new())?;

@@ -7,15 +7,10 @@ use anyhow::Context as _;
 use crate::config::{Config, Layer};
 use crate::workspace::Repo;
 
-/// The base ref used when none is given: the remote's default branch if known, else `HEAD`.
-pub fn default_base(repo: &Repo) -> String {
-    for candidate in ["refs/remotes/origin/HEAD", "HEAD"] {
-        if repo.resolve(candidate).is_ok() {
-            return candidate.trim_start_matches("refs/remotes/").to_string();
-        }
-    }
-    "HEAD".to_string()
-}
+/// The base used when none is given at a terminal: `HEAD`, the commit checked out. Not the
+/// remote's default branch: a local commit (the failing test a person just wrote) must be
+/// in the run's tree, or every edit the model makes against the files it reads fails.
+pub const DEFAULT_BASE: &str = "HEAD";
 
 /// Open the repository at or above `dir` (the current directory when `None`).
 pub fn open_repo(dir: Option<&Path>) -> anyhow::Result<Repo> {

@@ -73,7 +73,7 @@ fn context(repo: Option<&std::path::Path>) -> anyhow::Result<Context> {
     // commits).
     let base = opened
         .as_ref()
-        .map(context::default_base)
+        .map(|_| context::DEFAULT_BASE.to_string())
         .filter(|b| opened.as_ref().is_some_and(|r| r.resolve(b).is_ok()));
     let cfg = context::load_config(opened.as_ref().zip(base.as_deref()), None, Vec::new())?;
     let worktree = match opened.as_ref().and_then(|r| r.workdir()) {

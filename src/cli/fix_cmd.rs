@@ -29,7 +29,7 @@ pub struct FixArgs {
     /// (title on the first line) or `<N>.json`. The run is linked to it (`Fixes #N`).
     #[arg(long, value_name = "N", conflicts_with_all = ["goal", "issue_file"])]
     pub issue: Option<u64>,
-    /// Base ref to branch from (default: origin/HEAD, else HEAD).
+    /// Base ref to branch from (default: HEAD, the commit checked out).
     #[arg(long)]
     pub base: Option<String>,
     /// Branch to create (default: agent/<slug>).
@@ -144,6 +144,7 @@ pub(super) fn services(
         record,
         resume,
         progress: progress.callback.clone(),
+        state_dir: None,
     };
     Ok(services::build(repo, cfg, opts)?)
 }
@@ -274,6 +275,12 @@ fn print_outcome(o: &Outcome, json: bool) -> anyhow::Result<u8> {
         let r = &o.record;
         writeln!(out, "run {} {}", r.run_id, r.state)?;
         writeln!(out, "  branch  {}", r.branch)?;
+        writeln!(
+            out,
+            "  base    {} ({})",
+            r.base_ref,
+            r.base_sha.get(..12).unwrap_or(&r.base_sha)
+        )?;
         for c in &r.commits {
             writeln!(out, "  commit  {c}")?;
         }
@@ -347,7 +354,7 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
     let base = args
         .base
         .clone()
-        .unwrap_or_else(|| context::default_base(&repo));
+        .unwrap_or_else(|| context::DEFAULT_BASE.to_string());
     let cfg = context::load_config(
         Some((&repo, &base)),
         None,
@@ -377,17 +384,48 @@ pub fn fix(args: FixArgs, mode: Mode) -> anyhow::Result<u8> {
         requested_by: Some(who()),
         key: String::new(),
     };
+    // The id is picked here so that an interrupted run can be ended under it.
+    let run_id = ulid::Ulid::generate().to_string();
     let opts = StartOptions {
         branch: args.branch.clone(),
         test_command: args.test_cmd.clone(),
         model_flags: args.models.clone(),
         sandbox: args.sandbox.clone(),
-        run_id: None,
+        run_id: Some(run_id.clone()),
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let outcome = rt.block_on(engine::start(&svc, task, opts));
+    let outcome = rt.block_on(interruptible(
+        &svc,
+        &run_id,
+        engine::start(&svc, task, opts),
+    ));
     progress.finish();
     print_outcome(&outcome?, args.json)
+}
+
+/// Drive `run` (run `run_id`'s start or continuation) until it ends, or until the process
+/// gets SIGINT (Ctrl-C) or SIGTERM: then the run is dropped where it stands — its running
+/// command killed with its executor — and ended as `cancelled` with a report, so `status`
+/// and `show` tell what happened instead of a run that looks alive forever.
+async fn interruptible(
+    svc: &Services,
+    run_id: &str,
+    run: impl std::future::Future<Output = crate::run::Result<Outcome>>,
+) -> anyhow::Result<Outcome> {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Listening starts before the run does: a signal never finds the default action (death
+    // without a record) in place.
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let by = tokio::select! {
+        biased;
+        r = run => return Ok(r?),
+        _ = int.recv() => "SIGINT (Ctrl-C)",
+        _ = term.recv() => "SIGTERM",
+    };
+    let note =
+        format!("Interrupted by {by} at the terminal; the branch keeps what was verified before.");
+    Ok(engine::cancel(svc, run_id, &note)?)
 }
 
 /// `git agent resume`.
@@ -415,7 +453,11 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
     let progress = progress_printer(args.json)?;
     let svc = services(repo, cfg, &models, None, Some(resume), &progress)?;
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let outcome = rt.block_on(engine::resume(&svc, &id, args.approve, &who().login));
+    let outcome = rt.block_on(interruptible(
+        &svc,
+        &id,
+        engine::resume(&svc, &id, args.approve, &who().login),
+    ));
     progress.finish();
     print_outcome(&outcome?, args.json)
 }

@@ -116,6 +116,11 @@ pub enum Command {
     Sandbox(doctor_cmd::SandboxArgs),
     /// Check what this machine gives a run: the sandbox first.
     Doctor(doctor_cmd::DoctorArgs),
+    /// Remove old pooled worktrees and those of finished runs (`--older-than`, `--max-size`).
+    Gc(gc_cmd::Args),
+    /// Print the manual page, or write every page with `--dir` (`git agent --help` opens it
+    /// once installed: `git agent man --dir ~/.local/share/man/man1`).
+    Man(man_cmd::Args),
 }
 
 mod action_cmd;
@@ -124,7 +129,9 @@ pub mod context;
 mod demo_cmd;
 mod doctor_cmd;
 mod fix_cmd;
+mod gc_cmd;
 mod locate_cmd;
+mod man_cmd;
 mod map_cmd;
 mod output;
 mod policy_cmd;
@@ -188,6 +195,8 @@ fn dispatch(command: Command, log: &str) -> anyhow::Result<u8> {
         Command::Serve(args) => serve_cmd::run(args, log),
         Command::Sandbox(args) => doctor_cmd::sandbox(args),
         Command::Doctor(args) => doctor_cmd::doctor(args),
+        Command::Gc(args) => gc_cmd::run(args),
+        Command::Man(args) => man_cmd::run(args),
     }
 }
 

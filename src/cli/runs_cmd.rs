@@ -113,11 +113,12 @@ pub fn summary_json(rec: &RunRecord) -> serde_json::Value {
         "state": rec.state.as_str(),
         "branch": rec.branch,
         "base": rec.base_ref,
+        "base_sha": rec.base_sha,
         "commits": rec.commits,
         "verification": {
             "command": rec.test_command,
             "exit_code": last.and_then(|v| v.exit_code),
-            "passed": rec.state == crate::run::RunState::Succeeded,
+            "passed": rec.verified(),
             "attempts": rec.fix_attempts,
         },
         "usage": {"tokens_in": tokens_in, "tokens_out": tokens_out, "cost_usd": cost},

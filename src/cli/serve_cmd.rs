@@ -185,11 +185,7 @@ fn state_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(d) = flag {
         return Ok(d);
     }
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(d).join("git-agent"));
-    }
-    let home = std::env::var_os("HOME").context("no HOME; pass --state-dir")?;
-    Ok(PathBuf::from(home).join(".local/state/git-agent"))
+    crate::config::user_state_dir().context("no HOME; pass --state-dir")
 }
 
 /// Logging to stderr, as text or one JSON object a line. A filter that does not parse is an
@@ -288,7 +284,7 @@ pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
             trigger: crate::config::TriggerConfig::default(),
             trigger_options: crate::trigger::Options::default(),
             git_base: args.git_base.clone(),
-            publisher: Arc::new(EnginePublisher::new(state.join("repos"))),
+            publisher: Arc::new(EnginePublisher::new(state.clone())),
         });
         let lease = Duration::from_secs(args.lease_secs.max(1));
         let opts = WorkerOptions {

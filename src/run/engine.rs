@@ -81,7 +81,7 @@ pub struct Services {
     pub progress: Arc<dyn Fn(&RunEvent) + Send + Sync>,
     /// How commands run (sandbox, network, limits).
     pub exec_options: ExecOptions,
-    /// Reuse pooled worktrees.
+    /// Reuse pooled worktrees, and hand a run's worktree to the pool when it ends.
     pub warm_pool: bool,
 }
 
@@ -189,7 +189,7 @@ pub(super) fn new_record(
         branch,
         base_ref: String::new(),
         base_sha,
-        worktree: svc.repo.worktrees_dir().join(&run_id),
+        worktree: svc.repo.worktrees_dir()?.join(&run_id),
         test_command: opts
             .test_command
             .clone()
@@ -303,6 +303,7 @@ pub fn cancel(svc: &Services, run_id: &str, note: &str) -> Result<Outcome> {
     run.led.rec.notes.push(note.to_string());
     run.led.transition(RunState::Cancelled)?;
     run.finish_report()?;
+    run.release_worktree();
     Ok(run.led.outcome())
 }
 
@@ -369,7 +370,30 @@ impl<'a> Active<'a> {
         if self.led.rec.state.is_terminal() || self.led.rec.state == RunState::AwaitingApproval {
             self.finish_report()?;
         }
+        self.release_worktree();
         Ok(self.led.outcome())
+    }
+
+    /// An ended run's worktree goes to the warm pool (when the services keep one), so the
+    /// next run here starts from its build caches instead of from scratch. The branch holds
+    /// everything the run verified; the report is written. A failure to move it is logged
+    /// and leaves the worktree where it is (gc removes it later).
+    fn release_worktree(&mut self) {
+        let svc = self.led.svc;
+        if !svc.warm_pool || !self.led.rec.state.is_terminal() {
+            return;
+        }
+        // The executor and the tools hold the worktree's path: let them go first.
+        self.bench = None;
+        match svc.repo.release_run_worktree(&self.led.rec.run_id) {
+            Ok(Some(pooled)) => {
+                tracing::debug!(run = %self.led.rec.run_id, to = %pooled.display(), "worktree pooled");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(run = %self.led.rec.run_id, error = %e, "the worktree stays: cannot pool it");
+            }
+        }
     }
 
     async fn drive_inner(&mut self) -> Result<()> {
@@ -620,6 +644,7 @@ impl<'a> Active<'a> {
                 }
             }
         }
+        self.keep_plan();
         self.led.save()?;
         failpoint(&format!("after-turn-{}", self.led.rec.turns));
         if let Some(call) = finish {
@@ -681,6 +706,9 @@ impl<'a> Active<'a> {
             return Ok(());
         };
         let (led, bench) = self.parts()?;
+        // Every deciding verification is an attempt, passed or not (a reviewer may send a
+        // passed one back): the report's `attempt N` labels and `--json`'s `attempts` count
+        // the same thing.
         let attempt = led.rec.fix_attempts + 1;
         let verdict = verification::final_check(led, bench, &cmd, attempt).await?;
         if let Some(approval) = verdict.pending {
@@ -705,6 +733,7 @@ impl<'a> Active<'a> {
             led.transition(RunState::AwaitingApproval)?;
             return Ok(());
         }
+        led.rec.fix_attempts = attempt;
         if verdict.passed {
             checkpoint::commit(led, bench, "verified")?;
             failpoint("after-commit");
@@ -721,7 +750,6 @@ impl<'a> Active<'a> {
             return Ok(());
         }
         let max = led.svc.config.settings.budget.max_fix_attempts;
-        led.rec.fix_attempts = attempt;
         if attempt >= max {
             let none = if led.rec.commits.is_empty() {
                 " (none: no verified step)"
@@ -742,8 +770,20 @@ impl<'a> Active<'a> {
         Ok(())
     }
 
+    /// The plan as the coder last revised it (`update_plan` while coding) becomes the
+    /// record's, so the report shows the plan the run worked to, not the planner's first.
+    fn keep_plan(&mut self) {
+        if let Some(bench) = &self.bench
+            && let Some(plan) = bench.ctx.with_plan(|p| p.plan.clone())
+            && !plan.steps.is_empty()
+        {
+            self.led.rec.plan = Some(plan);
+        }
+    }
+
     /// Render the report, write it as `pr.md`, mirror the record.
     fn finish_report(&mut self) -> Result<()> {
+        self.keep_plan();
         let worktree = self.bench.as_ref().map(|b| &b.worktree);
         self.led.write_report(worktree)
     }

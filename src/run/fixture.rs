@@ -67,7 +67,9 @@ impl World {
 
     /// Services over the world: `TEST` as the test command, no warm pool.
     pub(super) fn services(&self) -> Services {
-        let repo = Repo::open(self.work()).expect("repo opens");
+        let repo = Repo::open(self.work())
+            .expect("repo opens")
+            .with_state_dir(self.tmp.path().join("state"));
         let mut config = Config::resolve(Vec::new()).expect("default config");
         config.settings.verify.test = Some(TEST.into());
         let script = self.tmp.path().join("script.jsonl");

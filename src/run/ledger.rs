@@ -250,13 +250,15 @@ impl<'a> Ledger<'a> {
             Some(h) => repo.diff(repo.resolve(&self.rec.base_sha)?, repo.resolve(&h)?)?,
             None => Default::default(),
         };
-        if let Some(plan) = &self.rec.plan {
+        if let Some(plan) = &mut self.rec.plan {
             self.rec.unplanned = diff
                 .files
                 .iter()
                 .filter(|f| !plan.names(&f.path))
                 .map(|f| f.path.clone())
                 .collect();
+            let changed: Vec<String> = diff.files.iter().map(|f| f.path.clone()).collect();
+            plan.settle(&changed);
         }
         if let Some(wt) = worktree
             && self.rec.state != RunState::Succeeded

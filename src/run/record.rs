@@ -183,6 +183,20 @@ impl RunRecord {
         }
     }
 
+    /// Whether the run's change is verified: it succeeded, and its last test run is a deciding
+    /// one (`attempt N`) whose command exited by itself. A plan-only run verified nothing
+    /// (its only test run is the baseline), and a command that was killed — no exit code, or
+    /// 128 + N, a shell's word for signal N (137: SIGKILL, the OOM killer's) — proves nothing.
+    pub fn verified(&self) -> bool {
+        let Some(last) = self.verification.last() else {
+            return false;
+        };
+        self.state == RunState::Succeeded
+            && self.task.mode != crate::task::Mode::Plan
+            && last.when.starts_with("attempt ")
+            && last.exit_code.is_some_and(|c| (0..128).contains(&c))
+    }
+
     /// Total USD spent, and whether some spend is of unknown price.
     pub fn spend(&self) -> (f64, bool) {
         let mut total = 0.0;
@@ -236,6 +250,8 @@ impl RunRecord {
             audit,
             audit_head,
             branch: self.branch.clone(),
+            base_ref: self.base_ref.clone(),
+            base_sha: self.base_sha.clone(),
         }
     }
 }
@@ -257,4 +273,46 @@ pub fn first_line(s: &str, max: usize) -> String {
 /// Now, as RFC 3339 UTC.
 pub fn now() -> String {
     jiff::Timestamp::now().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::World;
+    use super::*;
+
+    fn line(when: &str, exit_code: Option<i32>) -> VerifyLine {
+        VerifyLine {
+            when: when.into(),
+            command: "t".into(),
+            exit_code,
+            duration_ms: 1,
+            result: String::new(),
+            excerpt: String::new(),
+        }
+    }
+
+    /// Regression (issue 19): `plan --json` said `"passed": true` of a test command killed
+    /// with 137, because a plan-only run ends `succeeded`.
+    #[test]
+    fn only_a_deciding_test_run_that_exited_by_itself_verifies() {
+        let w = World::new(&[]);
+        let svc = w.services();
+        let mut rec = w.ledger(&svc).rec.clone();
+        rec.state = RunState::Succeeded;
+        assert!(!rec.verified(), "no test ran");
+        rec.verification = vec![line("before", Some(1)), line("attempt 1", Some(0))];
+        assert!(rec.verified());
+        for killed in [Some(137), Some(143), None] {
+            rec.verification[1].exit_code = killed;
+            assert!(!rec.verified(), "{killed:?}");
+        }
+        rec.verification = vec![line("before", Some(0))];
+        assert!(!rec.verified(), "the baseline decides nothing");
+        rec.verification = vec![line("before", Some(1)), line("attempt 1", Some(0))];
+        rec.task.mode = crate::task::Mode::Plan;
+        assert!(!rec.verified(), "a plan verifies nothing");
+        rec.task.mode = crate::task::Mode::Fix;
+        rec.state = RunState::Failed;
+        assert!(!rec.verified());
+    }
 }

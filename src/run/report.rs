@@ -160,6 +160,13 @@ pub struct ReportInput {
     pub audit_head: String,
     /// The branch with the commits.
     pub branch: String,
+    /// The base as asked (`HEAD`, `main`): the report says what the run started from, since
+    /// a base other than the one a person expected explains every edit that then misses.
+    #[serde(default)]
+    pub base_ref: String,
+    /// The base commit.
+    #[serde(default)]
+    pub base_sha: String,
 }
 
 fn fmt_duration(ms: u64) -> String {
@@ -343,11 +350,17 @@ pub fn render(r: &ReportInput) -> String {
         plan.push_str(&format!("- ⚠ unplanned change: `{}`\n", cell(u)));
     }
 
+    let base = if r.base_sha.is_empty() {
+        String::new()
+    } else {
+        let short: String = r.base_sha.chars().take(12).collect();
+        format!("Base: `{}` at `{short}`.\n", cell(&r.base_ref))
+    };
     let changes = if r.diffstat.trim().is_empty() {
-        "\n### Changes\n_No changes._\n".to_string()
+        format!("\n### Changes\n{base}_No changes._\n")
     } else {
         format!(
-            "\n### Changes\n```\n{}```\n",
+            "\n### Changes\n{base}```\n{}```\n",
             cut(&r.diffstat, 6000, &pointer)
         )
     };
@@ -602,6 +615,8 @@ mod tests {
             ],
             audit_head: "3f9c0a1b2c3d4e5f".into(),
             branch: "agent/42-fix-add".into(),
+            base_ref: "HEAD".into(),
+            base_sha: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),
         }
     }
 

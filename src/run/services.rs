@@ -61,6 +61,9 @@ pub struct Options {
     pub resume: Option<ResumeState>,
     /// Where progress goes.
     pub progress: ProgressSink,
+    /// git-agent's state directory, where run worktrees and the warm pool live (the bot's
+    /// `STATE_DIR`); the user's ([`config::user_state_dir`]) when `None`.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Options {
@@ -72,14 +75,25 @@ impl Options {
             record: None,
             resume: None,
             progress: Arc::new(|e: &RunEvent| tracing::debug!(event = ?e, "run progress")),
+            state_dir: None,
         }
     }
 }
 
 /// The services of a run over `cfg`: the model router (failing when no coder model is
 /// configured), the redactor over the process's secrets and the configured key variables,
-/// and the executor options.
+/// the executor options, and the repository with the state directory its run worktrees go
+/// to (never beneath the repository: see `workspace::worktree`).
 pub fn build(repo: Repo, cfg: Config, opts: Options) -> Result<Services> {
+    let state = opts
+        .state_dir
+        .or_else(config::user_state_dir)
+        .ok_or_else(|| {
+            Error::Invalid(
+                "no state directory for run worktrees: set XDG_STATE_HOME or HOME".into(),
+            )
+        })?;
+    let repo = repo.with_state_dir(state);
     let env = |k: &str| std::env::var(k).ok();
     let router = Router::from_settings(
         &cfg.settings,

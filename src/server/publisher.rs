@@ -18,16 +18,18 @@ use crate::task::RepoRef;
 use crate::trigger::Outcome;
 use crate::workspace::{Credentials as GitCredentials, Repo};
 
-/// The production [`Publisher`]: runs in bare mirrors kept under `mirrors`
-/// (`<mirrors>/<owner>/<name>.git`), one per repository.
+/// The production [`Publisher`]: runs in bare mirrors kept under the state directory
+/// (`STATE_DIR/repos/<owner>/<name>.git`), one per repository; their run worktrees go to
+/// `STATE_DIR/worktrees/<repo-key>/`.
 pub struct EnginePublisher {
-    mirrors: PathBuf,
+    state: PathBuf,
 }
 
 impl EnginePublisher {
-    /// A publisher keeping its mirrors under `mirrors` (the state directory's `repos`).
-    pub fn new(mirrors: PathBuf) -> Self {
-        EnginePublisher { mirrors }
+    /// A publisher keeping its mirrors and run worktrees under `state` (the bot's
+    /// `STATE_DIR`).
+    pub fn new(state: PathBuf) -> Self {
+        EnginePublisher { state }
     }
 }
 
@@ -50,7 +52,7 @@ impl Publisher for EnginePublisher {
         stop: CancellationToken,
     ) -> Result<JobOutcome> {
         let what = job_name(&repo, &outcome);
-        let mirrors = self.mirrors.clone();
+        let state = self.state.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The engine's future is not Send (a repository handle is not Sync): it gets a thread
         // and a current-thread runtime of its own.
@@ -70,7 +72,7 @@ impl Publisher for EnginePublisher {
                         }
                     };
                     tokio::select! {
-                        r = run_and_publish(&mirrors, &repo, outcome, target, stop.clone()) => r,
+                        r = run_and_publish(&state, &repo, outcome, target, stop.clone()) => r,
                         () = dropped => Err("cancelled".to_string()),
                     }
                 }),
@@ -124,7 +126,7 @@ fn summary(p: &Published) -> RunSummary {
 /// (the models of the run it continues), and publish. Errors are flattened to their text
 /// with every cause (`{:#}`-style) for the job's record.
 async fn run_and_publish(
-    mirrors: &Path,
+    state: &Path,
     repo_ref: &RepoRef,
     outcome: Outcome,
     target: Target,
@@ -132,7 +134,7 @@ async fn run_and_publish(
 ) -> std::result::Result<JobOutcome, String> {
     let text = |e: crate::run::Error| error_chain(&e);
     let forge = target.forge.as_ref();
-    let repo = mirror(mirrors, repo_ref)?;
+    let repo = mirror(&state.join("repos"), repo_ref)?;
     let creds = target
         .git_token
         .as_ref()
@@ -151,6 +153,7 @@ async fn run_and_publish(
         .map_err(text)?;
     let models = prepared.models(Vec::new());
     let mut opts = services::Options::traced(models.clone());
+    opts.state_dir = Some(state.to_path_buf());
     opts.resume = prepared.resume_state();
     let mut svc = services::build(repo, cfg, opts).map_err(text)?;
     // Several workers share a mirror: each run checks out its own worktree.

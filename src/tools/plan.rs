@@ -52,13 +52,38 @@ pub struct Plan {
     pub test_command: Option<String>,
 }
 
-impl Plan {
-    /// Whether the plan names `path` (or a directory above it).
+impl PlanStep {
+    /// Whether this step names `path` (or a directory above it).
     pub fn names(&self, path: &str) -> bool {
-        self.steps.iter().flat_map(|s| &s.files).any(|f| {
+        self.files.iter().any(|f| {
             let f = f.trim_start_matches("./").trim_end_matches('/');
             path == f || path.strip_prefix(f).is_some_and(|r| r.starts_with('/'))
         })
+    }
+}
+
+impl Plan {
+    /// Whether the plan names `path` (or a directory above it).
+    pub fn names(&self, path: &str) -> bool {
+        self.steps.iter().any(|s| s.names(path))
+    }
+
+    /// Settle each step's status by what the branch holds (`changed`: the paths the
+    /// committed change touches): a step naming one of them is done; a step the model called
+    /// done whose files none changed is pending again (its edits were never verified and
+    /// committed, or never made). A step naming no file, or skipped, keeps the model's word.
+    /// So the report's checkboxes say what happened, not what the model last claimed.
+    pub fn settle(&mut self, changed: &[String]) {
+        for s in &mut self.steps {
+            if s.files.is_empty() || s.status == StepStatus::Skipped {
+                continue;
+            }
+            if changed.iter().any(|p| s.names(p)) {
+                s.status = StepStatus::Done;
+            } else if s.status == StepStatus::Done {
+                s.status = StepStatus::Pending;
+            }
+        }
     }
 }
 
@@ -215,4 +240,46 @@ fn update_plan(ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput>
     ctx.with_plan(|st| st.plan = Some(plan.clone()));
     ctx.record(ToolEvent::PlanUpdated(plan));
     Ok(ToolOutput::text(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(files: &[&str], status: StepStatus) -> PlanStep {
+        PlanStep {
+            title: "t".into(),
+            files: files.iter().map(|f| f.to_string()).collect(),
+            status,
+            changes_tests: false,
+        }
+    }
+
+    /// Regression (issue 19): the report's boxes followed the model's word, so a run whose
+    /// verified change touched every planned file showed `[ ]`, and a failed one `[x]`.
+    #[test]
+    fn settle_ticks_what_the_branch_changed_and_unticks_what_it_did_not() {
+        let mut plan = Plan {
+            steps: vec![
+                step(&["src/lib.rs"], StepStatus::Pending),
+                step(&["docs/"], StepStatus::InProgress),
+                step(&["README.md"], StepStatus::Done),
+                step(&[], StepStatus::Done),
+                step(&["x.rs"], StepStatus::Skipped),
+            ],
+            ..Plan::default()
+        };
+        plan.settle(&["src/lib.rs".into(), "docs/guide/a.md".into(), "x.rs".into()]);
+        let got: Vec<StepStatus> = plan.steps.iter().map(|s| s.status).collect();
+        assert_eq!(
+            got,
+            [
+                StepStatus::Done,
+                StepStatus::Done,
+                StepStatus::Pending,
+                StepStatus::Done,
+                StepStatus::Skipped
+            ]
+        );
+    }
 }

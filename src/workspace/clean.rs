@@ -62,7 +62,7 @@ impl Repo {
     /// earlier checkout of that name is removed first, so nothing of it survives.
     pub fn clean_checkout(&self, name: &str, commit: gix::ObjectId) -> Result<CleanTree> {
         super::worktree::validate_name(name, "checkout name")?;
-        let dir = self.worktrees_dir();
+        let dir = self.worktrees_dir()?;
         std::fs::create_dir_all(&dir).map_err(io_err("cannot create", dir.clone()))?;
         let path = dir.join(name);
         remove_checkout(&path)?;
@@ -167,7 +167,8 @@ mod tests {
             ],
             "base",
         )
-        .unwrap();
+        .unwrap()
+        .with_state_dir(tmp.path().join("state"));
         let base = repo.resolve("HEAD").unwrap();
         std::fs::write(dir.join("a.txt"), "a2\n").unwrap();
         std::fs::write(dir.join("tests/t.txt"), "t2\n").unwrap();
@@ -182,6 +183,11 @@ mod tests {
         // Something written in the checkout is gone at the next checkout of that name.
         std::fs::write(p.join("left.pyc"), "x").unwrap();
         let again = repo.clean_checkout("c1", head).unwrap();
+        assert!(
+            !again.path().components().any(|c| c.as_os_str() == ".git"),
+            "{}",
+            again.path().display()
+        );
         assert!(!again.path().join("left.pyc").exists());
         assert_eq!(
             git(again.path(), &["rev-parse", "HEAD"]).trim(),

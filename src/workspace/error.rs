@@ -75,6 +75,11 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// A run worktree was asked for, but the front door set no state directory to put it in.
+    #[error(
+        "no state directory for run worktrees (set XDG_STATE_HOME or HOME, or the bot's --state-dir)"
+    )]
+    NoStateDir,
 }
 
 /// `Result` with the workspace [`Error`].

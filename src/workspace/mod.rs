@@ -24,8 +24,8 @@ pub use diff::{ChangedBlob, Diff, FileDiff, FileStatus};
 pub use error::{Error, Result};
 pub use record::run_ref;
 pub use remote::Credentials;
-pub use repo::Repo;
-pub use worktree::{Provenance, Worktree, WorktreeOptions, WorktreeRequest};
+pub use repo::{Repo, repo_key};
+pub use worktree::{GcEntry, GcOptions, Provenance, Worktree, WorktreeOptions, WorktreeRequest};
 
 /// A repository-relative path (bytes, `/`-separated) as a filesystem path.
 #[cfg(unix)]

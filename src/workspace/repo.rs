@@ -11,6 +11,9 @@ pub struct Repo {
     /// `common_dir`, canonicalized once so paths derived from it compare equal whichever
     /// worktree the repository was opened from.
     common: PathBuf,
+    /// git-agent's state directory for this process (`$XDG_STATE_HOME/git-agent`, the bot's
+    /// `STATE_DIR`), where run worktrees and the warm pool live; set by the front door.
+    state: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Repo {
@@ -39,6 +42,39 @@ pub(crate) fn hardened_open_options() -> gix::open::Options {
             "gitoxide.author.nameFallback=git-agent",
             "gitoxide.author.emailFallback=git-agent@localhost",
         ])
+}
+
+/// The name of the repository whose canonical common git directory is `common` under the
+/// state directory, stable and distinct per repository: its directory's name (sanitized to
+/// `[A-Za-z0-9_-]`, at most 40 characters; `app` for `app/.git` or `app.git`) and the first
+/// 12 hex digits of the SHA-256 of the path. The name keeps the directories readable; the
+/// hash keeps two checkouts both called `app` apart.
+pub fn repo_key(common: &Path) -> String {
+    use sha2::{Digest as _, Sha256};
+    let named = match common.file_name().and_then(|n| n.to_str()) {
+        Some(".git") => common.parent().and_then(|p| p.file_name()),
+        _ => common.file_name(),
+    };
+    let raw = named.map(|n| n.to_string_lossy()).unwrap_or_default();
+    let raw = raw.strip_suffix(".git").unwrap_or(&raw);
+    let name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    let name = match name.trim_matches('-') {
+        "" => "repo",
+        n => n,
+    };
+    let digest = Sha256::digest(super::path_bytes(common));
+    let hash: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{name}-{hash}")
 }
 
 impl Repo {
@@ -70,7 +106,30 @@ impl Repo {
     fn wrap(inner: gix::Repository) -> Self {
         let common = std::fs::canonicalize(inner.common_dir())
             .unwrap_or_else(|_| inner.common_dir().to_path_buf());
-        Self { inner, common }
+        Self {
+            inner,
+            common,
+            state: None,
+        }
+    }
+
+    /// This repository with git-agent's state directory `dir`: run worktrees go to
+    /// `<dir>/worktrees/<repo-key>/<run-id>` and the warm pool to `<dir>/pool/<repo-key>/`.
+    /// The front door picks the directory (the user's state directory, the bot's
+    /// `STATE_DIR`); nothing in this module reads the environment for it.
+    pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state = Some(dir.into());
+        self
+    }
+
+    /// The state directory set by [`Repo::with_state_dir`], if any.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.state.as_deref()
+    }
+
+    /// This repository's name under the state directory: [`repo_key`] of its common dir.
+    pub fn key(&self) -> String {
+        repo_key(self.common_dir())
     }
 
     /// The gix handle, for modules (such as `index`) that read objects directly.
@@ -93,7 +152,9 @@ impl Repo {
         self.inner.workdir()
     }
 
-    /// git-agent's own state directory: `<git-common-dir>/agent`.
+    /// git-agent's directory inside the repository, `<git-common-dir>/agent`: what belongs
+    /// with the repository (run records, local issues, the index cache). Run worktrees do
+    /// not: they live under the state directory ([`Repo::with_state_dir`]).
     pub fn agent_dir(&self) -> PathBuf {
         self.common_dir().join("agent")
     }

@@ -1,4 +1,13 @@
-//! Run worktrees: creation on a new branch, the warm pool, reset/rollback, removal.
+//! Run worktrees: creation on a new branch, the warm pool, reset/rollback, removal, and
+//! garbage collection of finished ones.
+//!
+//! Worktrees live under the state directory the front door gives the [`Repo`]
+//! (`<state>/worktrees/<repo-key>/<run-id>`, the pool in `<state>/pool/<repo-key>/`), never
+//! beneath the repository: a project's tools treat a checkout inside another checkout, or a
+//! path with a `.git` component, as something else (Node walks up into the main checkout's
+//! `node_modules`, a static-file server refuses the dotted directory). Worktrees made before
+//! that (`<git-common-dir>/agent/worktrees`, `agent/pool`) are still found: a resumed run
+//! moves its own out, the pool hands them out, and [`Repo::gc_worktrees`] removes them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -13,7 +22,7 @@ use super::repo::Repo;
 /// What to create.
 #[derive(Debug, Clone)]
 pub struct WorktreeRequest {
-    /// The run id; names the directory `<git-common-dir>/agent/worktrees/<run-id>`.
+    /// The run id; names the directory `<state>/worktrees/<repo-key>/<run-id>`.
     pub run_id: String,
     /// The full branch name to create (e.g. `agent/42-fix-dates`), without `refs/heads/`.
     pub branch: String,
@@ -35,6 +44,8 @@ pub struct WorktreeOptions {
 pub struct Worktree {
     repo: Repo,
     path: PathBuf,
+    /// The warm pool this worktree goes back to.
+    pool: PathBuf,
     run_id: String,
     branch: String,
     base: gix::ObjectId,
@@ -75,12 +86,27 @@ pub(super) fn validate_name(name: &str, what: &str) -> Result<()> {
 }
 
 impl Repo {
-    /// Directory holding run worktrees.
-    pub fn worktrees_dir(&self) -> PathBuf {
+    /// Directory holding this repository's run worktrees: `<state>/worktrees/<repo-key>`
+    /// (see [`Repo::key`]). An error when no state directory was set.
+    pub fn worktrees_dir(&self) -> Result<PathBuf> {
+        let state = self.state_dir().ok_or(Error::NoStateDir)?;
+        Ok(state.join("worktrees").join(self.key()))
+    }
+
+    /// The warm pool of this repository: `<state>/pool/<repo-key>`.
+    pub fn pool_dir(&self) -> Result<PathBuf> {
+        let state = self.state_dir().ok_or(Error::NoStateDir)?;
+        Ok(state.join("pool").join(self.key()))
+    }
+
+    /// Where run worktrees lived before they moved to the state directory; read for resume,
+    /// the pool and gc, never written.
+    fn legacy_worktrees_dir(&self) -> PathBuf {
         self.agent_dir().join("worktrees")
     }
 
-    fn pool_dir(&self) -> PathBuf {
+    /// The warm pool's old place, beside [`Self::legacy_worktrees_dir`].
+    fn legacy_pool_dir(&self) -> PathBuf {
         self.agent_dir().join("pool")
     }
 
@@ -116,17 +142,33 @@ impl Repo {
         }
         validate_name(&req.branch, "branch name")?;
         let base = self.resolve(&req.base)?;
-        let path = self.worktrees_dir().join(&req.run_id);
+        let dir = self.worktrees_dir()?;
+        let path = dir.join(&req.run_id);
         let exists = self.branch_exists(&req.branch);
         if exists && !opts.resume {
             return Err(Error::BranchExists(req.branch.clone()));
         }
-        if opts.resume && path.join(".git").exists() {
-            let wt = self.open_worktree(&path, &req.run_id, &req.branch, base)?;
-            return Ok((wt, Provenance::Reopened));
+        std::fs::create_dir_all(&dir).map_err(io_err("cannot create", &dir))?;
+        if opts.resume {
+            if path.join(".git").exists() {
+                let wt = self.open_worktree(&path, &req.run_id, &req.branch, base)?;
+                return Ok((wt, Provenance::Reopened));
+            }
+            // A run started before worktrees left the repository: move it out, or keep
+            // using it where it is when it cannot move (another file system).
+            let legacy = self.legacy_worktrees_dir().join(&req.run_id);
+            if legacy.join(".git").exists() {
+                let at = match move_worktree(&legacy, &path) {
+                    Ok(()) => path,
+                    Err(e) => {
+                        tracing::warn!(from = %legacy.display(), error = %e, "the run's worktree stays in its old place");
+                        legacy
+                    }
+                };
+                let wt = self.open_worktree(&at, &req.run_id, &req.branch, base)?;
+                return Ok((wt, Provenance::Reopened));
+            }
         }
-        std::fs::create_dir_all(self.worktrees_dir())
-            .map_err(io_err("cannot create", self.worktrees_dir()))?;
         let start = if exists {
             self.resolve(&format!("refs/heads/{}", req.branch))?
         } else {
@@ -190,6 +232,7 @@ impl Repo {
         Ok(Worktree {
             repo,
             path: path.to_path_buf(),
+            pool: self.pool_dir()?,
             run_id: run_id.to_string(),
             branch: branch.to_string(),
             base,
@@ -198,23 +241,97 @@ impl Repo {
 
     /// Move a pooled worktree (if any) to `dest`, fixing git's bookkeeping of its location.
     fn take_from_pool(&self, dest: &Path) -> Result<Option<PathBuf>> {
-        let pool = self.pool_dir();
-        let Ok(entries) = std::fs::read_dir(&pool) else {
-            return Ok(None);
-        };
-        let mut candidates: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.join(".git").is_file())
-            .collect();
-        candidates.sort();
-        for candidate in candidates {
-            // A rename is atomic: two runs racing for one pooled worktree cannot both win.
-            if std::fs::rename(&candidate, dest).is_ok() {
-                relink(dest)?;
-                return Ok(Some(dest.to_path_buf()));
+        // The old pool last: one of its worktrees moves out only within one file system.
+        for pool in [self.pool_dir()?, self.legacy_pool_dir()] {
+            for candidate in linked_worktrees_in(&pool) {
+                // A rename is atomic: two runs racing for one pooled worktree cannot both win.
+                if std::fs::rename(&candidate, dest).is_ok() {
+                    relink(dest)?;
+                    return Ok(Some(dest.to_path_buf()));
+                }
             }
         }
         Ok(None)
+    }
+
+    /// Hand the worktree of run `run_id` (in its place under the state directory, or the
+    /// old one inside the repository) to the warm pool, once the run has ended. `None` when
+    /// the run has no worktree left.
+    pub fn release_run_worktree(&self, run_id: &str) -> Result<Option<PathBuf>> {
+        validate_name(run_id, "run id")?;
+        for dir in [self.worktrees_dir()?, self.legacy_worktrees_dir()] {
+            let path = dir.join(run_id);
+            if path.join(".git").is_file() {
+                return put_in_pool(&path, &self.pool_dir()?, run_id).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Remove pooled worktrees, and those of finished runs, that are older than
+    /// `opts.older_than`; then, oldest first, more of them while they take more than
+    /// `opts.max_bytes`. `finished` says when a run ended (`None`: it has not, or it is not
+    /// known — its worktree stays). A pooled worktree's age is the time it was pooled.
+    /// Worktrees in the old place inside the repository count too. Returns every worktree
+    /// looked at, oldest first, with what was done.
+    pub fn gc_worktrees(
+        &self,
+        opts: &GcOptions,
+        finished: &dyn Fn(&str) -> Option<std::time::SystemTime>,
+    ) -> Result<Vec<GcEntry>> {
+        let now = std::time::SystemTime::now();
+        let mut entries = Vec::new();
+        for pool in [self.pool_dir()?, self.legacy_pool_dir()] {
+            for path in linked_worktrees_in(&pool) {
+                let at = std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .unwrap_or(now);
+                entries.push((at, path, true));
+            }
+        }
+        for dir in [self.worktrees_dir()?, self.legacy_worktrees_dir()] {
+            for path in linked_worktrees_in(&dir) {
+                let id = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if let Some(at) = finished(&id) {
+                    entries.push((at, path, false));
+                }
+            }
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let mut out: Vec<GcEntry> = entries
+            .into_iter()
+            .map(|(at, path, pooled)| GcEntry {
+                bytes: disk_usage(&path),
+                age: now.duration_since(at).unwrap_or_default(),
+                path,
+                pooled,
+                removed: false,
+            })
+            .collect();
+        let mut kept: u64 = 0;
+        for e in &mut out {
+            if e.age >= opts.older_than {
+                remove_linked_worktree(self, &e.path)?;
+                e.removed = true;
+            } else {
+                kept += e.bytes;
+            }
+        }
+        if let Some(max) = opts.max_bytes {
+            for e in out.iter_mut().filter(|e| !e.removed) {
+                if kept <= max {
+                    break;
+                }
+                remove_linked_worktree(self, &e.path)?;
+                e.removed = true;
+                kept -= e.bytes;
+            }
+        }
+        self.prune_worktrees()?;
+        Ok(out)
     }
 
     /// Remove admin entries of worktrees whose directories are gone (like `git worktree prune`).
@@ -238,6 +355,102 @@ impl Repo {
         }
         Ok(pruned)
     }
+}
+
+/// What [`Repo::gc_worktrees`] removes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GcOptions {
+    /// Remove what is at least this old.
+    pub older_than: std::time::Duration,
+    /// Then remove the oldest of the rest while they take more than this many bytes.
+    pub max_bytes: Option<u64>,
+}
+
+/// A worktree [`Repo::gc_worktrees`] looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcEntry {
+    /// Where it is (was).
+    pub path: PathBuf,
+    /// Disk space it took, in bytes (blocks allocated).
+    pub bytes: u64,
+    /// Time since it was pooled, or since its run ended.
+    pub age: std::time::Duration,
+    /// Whether it was in the warm pool (else: a finished run's).
+    pub pooled: bool,
+    /// Whether gc removed it.
+    pub removed: bool,
+}
+
+/// The linked worktrees directly in `dir` (directories with a `.git` file), sorted.
+fn linked_worktrees_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join(".git").is_file())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Move the worktree at `from` to `to` (same file system) and fix git's bookkeeping.
+fn move_worktree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to).map_err(io_err("cannot move", from))?;
+    relink(to)
+}
+
+/// Move the worktree at `path` into `pool` as `name`, its HEAD detached at the commit it
+/// was on (a pooled worktree holds no branch, so the person can delete the run's branch
+/// once merged), stamped with the time it was pooled (its directory's modification time,
+/// which gc reads).
+fn put_in_pool(path: &Path, pool: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(pool).map_err(io_err("cannot create", pool))?;
+    let dest = pool.join(name);
+    move_worktree(path, &dest)?;
+    let wt = Repo::open(&dest)?;
+    let head = wt.resolve("HEAD")?;
+    let head_file = wt.git_dir().join("HEAD");
+    std::fs::write(&head_file, format!("{head}\n")).map_err(io_err("cannot write", head_file))?;
+    let stamp =
+        std::fs::File::open(&dest).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    stamp.map_err(io_err("cannot stamp", dest.clone()))?;
+    Ok(dest)
+}
+
+/// Delete the linked worktree at `path` and its admin entry in `repo`'s common directory.
+fn remove_linked_worktree(repo: &Repo, path: &Path) -> Result<()> {
+    let admin = std::fs::read_to_string(path.join(".git"))
+        .ok()
+        .and_then(|c| {
+            c.trim()
+                .strip_prefix("gitdir:")
+                .map(|s| PathBuf::from(s.trim()))
+        })
+        .and_then(|a| std::fs::canonicalize(a).ok());
+    std::fs::remove_dir_all(path).map_err(io_err("cannot remove", path))?;
+    if let Some(admin) = admin
+        && admin.starts_with(repo.common_dir().join("worktrees"))
+    {
+        std::fs::remove_dir_all(&admin).map_err(io_err("cannot remove", admin.clone()))?;
+    }
+    Ok(())
+}
+
+/// Bytes allocated on disk under `path`, symlinks not followed; unreadable parts count 0.
+fn disk_usage(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let own = meta.blocks() * 512;
+    if !meta.is_dir() {
+        return own;
+    }
+    let children = std::fs::read_dir(path)
+        .map(|rd| rd.flatten().map(|e| disk_usage(&e.path())).sum())
+        .unwrap_or(0);
+    own + children
 }
 
 /// After moving a linked worktree to `dir`, point its admin entry's `gitdir` at the new place.
@@ -328,12 +541,7 @@ impl Worktree {
 
     /// Hand the worktree to the warm pool so the next run on this repository can reuse it.
     pub fn release_to_pool(self) -> Result<PathBuf> {
-        let pool = self.repo_common().join("agent/pool");
-        std::fs::create_dir_all(&pool).map_err(io_err("cannot create", pool.clone()))?;
-        let dest = pool.join(&self.run_id);
-        std::fs::rename(&self.path, &dest).map_err(io_err("cannot move to pool", &self.path))?;
-        relink(&dest)?;
-        Ok(dest)
+        put_in_pool(&self.path, &self.pool, &self.run_id)
     }
 
     /// Delete the worktree and its git bookkeeping. The branch stays.

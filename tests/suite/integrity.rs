@@ -11,13 +11,6 @@ fn run_id(json: &Value) -> String {
     json["run_id"].as_str().expect("run id").to_string()
 }
 
-fn worktree(f: &Fixture, run: &str) -> std::path::PathBuf {
-    let rec: Value =
-        serde_json::from_slice(&std::fs::read(f.run_dir(run).join("record.json")).unwrap())
-            .unwrap();
-    rec["worktree"].as_str().unwrap().into()
-}
-
 fn write(path: &str, content: &str) -> Value {
     json!({"role": "coder", "tool_calls": [{"name": "write_file", "arguments": {"path": path, "content": content}}]})
 }
@@ -171,9 +164,12 @@ py_compile.compile(src, cfile=importlib.util.cache_from_source('calc.py'), inval
         report.contains("fresh checkout") || report.contains("Clean checkout"),
         "{report}"
     );
+    // The worktree run passed on the planted bytecode.
     assert!(
-        worktree(&f, &run).join("__pycache__").exists(),
-        "the plant happened in the worktree"
+        report
+            .lines()
+            .any(|l| l.starts_with("| attempt 1 |") && l.contains("now passes")),
+        "{report}"
     );
 }
 

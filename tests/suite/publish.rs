@@ -52,7 +52,9 @@ impl World {
     }
 
     fn services(&self) -> Services {
-        let repo = Repo::open(self.path("work")).unwrap();
+        let repo = Repo::open(self.path("work"))
+            .unwrap()
+            .with_state_dir(self.path("state"));
         let config = Config::resolve(Vec::new()).unwrap();
         let router = Router::from_settings(
             &config.settings,

@@ -55,6 +55,7 @@ impl Fixture {
             .arg("--repo")
             .arg(self.repo())
             .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
+            .env("XDG_STATE_HOME", self.state())
             .env_remove("GIT_AGENT_TEST_KILL_AT");
         for (k, v) in envs {
             cmd.env(k, v);
@@ -81,6 +82,29 @@ impl Fixture {
             )
         });
         (out.status.code(), json)
+    }
+
+    /// `XDG_STATE_HOME` of every command here: run worktrees and the pool go under it.
+    fn state(&self) -> PathBuf {
+        self.tmp.path().join("state")
+    }
+
+    /// The worktree the run's record names.
+    fn worktree(&self, run: &str) -> PathBuf {
+        let rec: Value =
+            serde_json::from_slice(&std::fs::read(self.run_dir(run).join("record.json")).unwrap())
+                .unwrap();
+        PathBuf::from(rec["worktree"].as_str().unwrap())
+    }
+
+    /// The pooled worktree of an ended run, if it is in the pool.
+    fn pooled(&self, run: &str) -> Option<PathBuf> {
+        let pool = self.state().join("git-agent/pool");
+        std::fs::read_dir(pool)
+            .ok()?
+            .flatten()
+            .map(|e| e.path().join(run))
+            .find(|p| p.join(".git").is_file())
     }
 
     pub(super) fn run_dir(&self, run: &str) -> PathBuf {
@@ -177,19 +201,14 @@ fn python_wrong_first_fix_corrected_after_feedback() {
     ]);
     let (code, json) = f.fix(&script, &["fix add"], &[]);
     assert_eq!(code, Some(0), "{json}");
-    assert_eq!(json["verification"]["attempts"], 1);
+    // Two deciding test runs: two `attempt` labels, and `attempts` says two (issue 19).
+    assert_eq!(json["verification"]["attempts"], 2);
     let report = f.report(json["run_id"].as_str().unwrap());
     assert!(report.contains("| attempt 1 |"), "{report}");
     assert!(report.contains("| attempt 2 |"), "{report}");
-    let wt = f
-        .repo()
-        .join(".git/agent/worktrees")
-        .join(json["run_id"].as_str().unwrap());
-    assert!(
-        std::fs::read_to_string(wt.join("calc.py"))
-            .unwrap()
-            .contains("return a + b")
-    );
+    assert!(!report.contains("| attempt 3 |"), "{report}");
+    let branch = json["branch"].as_str().unwrap();
+    assert!(git(&f.repo(), &["show", &format!("{branch}:calc.py")]).contains("return a + b"));
 }
 
 /// JavaScript (node's test runner) fixed in one round.
@@ -239,6 +258,10 @@ fn fix_attempts_exhausted_fails_honestly() {
     );
     assert!(report.contains("verification did not pass"), "{report}");
     assert!(report.contains("adds_two_numbers"), "{report}");
+    // Nothing verified reached the branch: the plan's step is not ticked, two attempts ran.
+    assert!(report.contains("- [ ] 1. Make add add"), "{report}");
+    assert!(report.contains("| attempt 2 |"), "{report}");
+    assert_eq!(json["verification"]["attempts"], 2, "{json}");
 }
 
 /// A budget that runs out ends the run in budget_exhausted with exit 3, before the call
@@ -293,7 +316,8 @@ fn ask_pauses_then_resume_approve_succeeds() {
         report.contains("Waiting for approval to run `touch approved.txt`"),
         "{report}"
     );
-    let wt = f.repo().join(".git/agent/worktrees").join(&run);
+    let wt = f.worktree(&run);
+    assert!(wt.join("src/lib.rs").exists(), "{}", wt.display());
     assert!(
         !wt.join("approved.txt").exists(),
         "nothing ran before approval"
@@ -388,6 +412,13 @@ fn reviewer_blocking_finding_sends_the_run_back_once() {
         "{report}"
     );
     assert!(report.contains("**note**: consider overflow"), "{report}");
+    // Regression (issue 19): the passed attempt the reviewer sent back and the one after it
+    // are two attempts, labelled apart, and `attempts` counts both.
+    assert!(report.contains("| attempt 1 |"), "{report}");
+    assert!(report.contains("| attempt 2 |"), "{report}");
+    assert_eq!(json["verification"]["attempts"], 2, "{json}");
+    // The plan's box is ticked: the branch changes the file its step names.
+    assert!(report.contains("- [x] 1. Make add add"), "{report}");
     let rec: Value =
         serde_json::from_slice(&std::fs::read(f.run_dir(run).join("record.json")).unwrap())
             .unwrap();
@@ -445,6 +476,7 @@ fn progress_is_plain_lines_off_a_terminal_and_a_status_line_on_one() {
     let out = Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .env("XDG_CONFIG_HOME", f.tmp.path().join("config"))
+        .env("XDG_STATE_HOME", f.state())
         .env("COLUMNS", "120")
         .output()
         .expect("script(1) from util-linux runs the command in a pty");
@@ -610,7 +642,8 @@ fn hostile_model_is_refused_and_the_run_ends_cleanly() {
     assert_eq!(code, Some(0), "{json}");
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "untouched\n");
     let run = json["run_id"].as_str().unwrap();
-    let wt = f.repo().join(".git/agent/worktrees").join(run);
+    let wt = f.pooled(run).expect("the ended run's worktree is pooled");
+    assert!(wt.join("src/lib.rs").exists());
     assert!(!wt.join(".github/workflows/evil.yml").exists());
     let files = git(
         &f.repo(),
@@ -707,6 +740,7 @@ fn demo_runs_the_whole_loop() {
         .args(["demo", "--dir"])
         .arg(tmp.path())
         .env("XDG_CONFIG_HOME", tmp.path().join("cfg"))
+        .env("XDG_STATE_HOME", tmp.path().join("state"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1051,4 +1085,321 @@ fn an_internal_fault_exits_7_and_a_usage_error_2() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Issue 19: a run's worktree lies outside the repository, with no `.git` component in its
+/// path; the ended run's worktree goes to the warm pool, the next run takes it, and `git
+/// agent gc` removes what is pooled.
+#[test]
+fn a_runs_worktree_is_outside_the_repository_pooled_when_it_ends_and_gc_removes_it() {
+    let f = Fixture::new("python-add");
+    let fix = || {
+        f.script(&[
+            plan(&["calc.py"]),
+            edit(
+                "calc.py",
+                "def add(a, b):\n    return a - b",
+                "def add(a, b):\n    return a + b",
+            ),
+            finish(),
+        ])
+    };
+    let (code, first) = f.fix(&fix(), &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{first}");
+    let run = first["run_id"].as_str().unwrap();
+    let recorded = f.worktree(run);
+    let repo = std::fs::canonicalize(f.repo()).unwrap();
+    for p in [&recorded, &f.run_dir(run)] {
+        assert!(p.is_absolute(), "{}", p.display());
+    }
+    assert!(
+        !recorded.components().any(|c| c.as_os_str() == ".git"),
+        "{}",
+        recorded.display()
+    );
+    assert!(!recorded.starts_with(&repo) && !recorded.starts_with(f.repo()));
+    assert!(recorded.starts_with(f.state().join("git-agent/worktrees")));
+    // Ended: the worktree went to the pool, and git knows where it is.
+    assert!(!recorded.exists());
+    let pooled = f.pooled(run).expect("pooled");
+    assert!(!pooled.components().any(|c| c.as_os_str() == ".git"));
+    let list = git(&f.repo(), &["worktree", "list", "--porcelain"]);
+    assert!(
+        list.contains(&format!("worktree {}", pooled.display())),
+        "{list}"
+    );
+
+    // A pooled worktree holds no branch: the run's can be deleted once merged.
+    git(
+        &f.repo(),
+        &["branch", "-D", first["branch"].as_str().unwrap()],
+    );
+    // The next run takes it (a branch of its own, the pool empty again).
+    let (code, second) = f.fix(&fix(), &["fix add again"], &[]);
+    assert_eq!(code, Some(0), "{second}");
+    let run2 = second["run_id"].as_str().unwrap();
+    let log = String::from_utf8_lossy(&f.agent(&["log", run2], &[]).stdout).into_owned();
+    assert!(log.contains("Warm"), "{log}");
+    assert!(f.pooled(run).is_none());
+    let pooled2 = f.pooled(run2).expect("pooled again");
+
+    // gc: nothing is a week old; `--older-than 0` removes the pooled worktree, and git
+    // forgets it. The run's record and branch stay.
+    let out = f.agent(&["gc"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("freed 0.0 MB; kept 1"), "{text}");
+    assert!(pooled2.exists());
+    let out = f.agent(&["gc", "--older-than", "0"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("removed ") && text.contains("pooled"),
+        "{text}"
+    );
+    assert!(!pooled2.exists());
+    let list = git(&f.repo(), &["worktree", "list", "--porcelain"]);
+    assert!(!list.contains(run2), "{list}");
+    assert!(f.run_dir(run2).join("record.json").exists());
+    git(
+        &f.repo(),
+        &["rev-parse", second["branch"].as_str().unwrap()],
+    );
+    git(&f.repo(), &["fsck", "--strict", "--no-progress"]);
+}
+
+/// Issue 19: Node resolves a package by walking up from the test file; a worktree beneath
+/// the main checkout found the main checkout's `node_modules`. The run's tests see only the
+/// worktree's own. Sandbox off, as with `sandbox.mode = "off"` or bubblewrap's read-only host
+/// root, where the host's directories above the worktree are visible.
+#[test]
+fn the_main_checkouts_node_modules_are_not_found_from_the_runs_worktree() {
+    let f = Fixture::new("js-add");
+    std::fs::write(
+        f.repo().join("test/helper.test.js"),
+        "const test = require('node:test');\nconst assert = require('node:assert');\n\
+         test('helper is not borrowed from another checkout', () => {\n  let where;\n  \
+         try { where = require('helper').where; } catch (e) { where = 'missing'; }\n  \
+         assert.strictEqual(where, 'missing');\n});\n",
+    )
+    .unwrap();
+    git(&f.repo(), &["add", "-A"]);
+    git(&f.repo(), &["commit", "-qm", "helper test"]);
+    // The main checkout's own dependencies, installed the usual way (not committed).
+    let module = f.repo().join("node_modules/helper");
+    std::fs::create_dir_all(&module).unwrap();
+    std::fs::write(
+        module.join("index.js"),
+        "module.exports = { where: 'the main checkout' };\n",
+    )
+    .unwrap();
+    let script = f.script(&[plan(&["calc.js"])]);
+    let model = format!("scripted:{}", script.display());
+    let out = f.agent(
+        &[
+            "plan",
+            "--json",
+            "--model",
+            &model,
+            "--sandbox",
+            "off",
+            "--test-cmd",
+            "node --test",
+            "look",
+        ],
+        &[],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}", String::from_utf8_lossy(&out.stderr));
+    });
+    let run = json["run_id"].as_str().unwrap();
+    let report = f.report(run);
+    let before = report
+        .lines()
+        .find(|l| l.starts_with("| before |"))
+        .unwrap_or_else(|| panic!("{report}"));
+    // Only calc's own test fails on the base; the helper test passes: `helper` is missing.
+    assert!(!report.contains("the main checkout"), "{report}");
+    assert!(!before.contains("helper"), "{before}");
+    assert!(before.contains("add"), "{before}");
+}
+
+/// Issue 19: `git agent plan`/`fix` start from the checked-out `HEAD` (a local commit the
+/// remote's default branch lacks is in the run), and the report says so; `--json` never
+/// calls a test command killed with 137 passed (a plan verifies nothing).
+#[test]
+fn the_default_base_is_head_and_a_killed_command_never_passed() {
+    let f = Fixture::new("python-add");
+    let old = git(&f.repo(), &["rev-parse", "HEAD"]).trim().to_string();
+    git(&f.repo(), &["update-ref", "refs/remotes/origin/main", &old]);
+    git(
+        &f.repo(),
+        &[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/main",
+        ],
+    );
+    std::fs::write(f.repo().join("local.txt"), "a local commit\n").unwrap();
+    git(&f.repo(), &["add", "-A"]);
+    git(&f.repo(), &["commit", "-qm", "local"]);
+    let head = git(&f.repo(), &["rev-parse", "HEAD"]).trim().to_string();
+    let script = f.script(&[plan(&["calc.py"])]);
+    let model = format!("scripted:{}", script.display());
+    let out = f.agent(
+        &[
+            "plan",
+            "--json",
+            "--model",
+            &model,
+            "--test-cmd",
+            "sh -c 'kill -9 $$'",
+            "look",
+        ],
+        &[],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(json["state"], "succeeded", "{json}");
+    assert_eq!(json["base"], "HEAD", "{json}");
+    assert_eq!(json["base_sha"], head.as_str(), "{json}");
+    assert_eq!(json["verification"]["exit_code"], 137, "{json}");
+    assert_eq!(json["verification"]["passed"], false, "{json}");
+    let report = f.report(json["run_id"].as_str().unwrap());
+    assert!(
+        report.contains(&format!("Base: `HEAD` at `{}`.", &head[..12])),
+        "{report}"
+    );
+}
+
+/// Issue 19: a run interrupted at the terminal (SIGTERM here; Ctrl-C is SIGINT, handled the
+/// same) ends `cancelled` with a report, its running command killed; `status` and `show`
+/// work afterwards instead of a run that says `analyzing` forever.
+#[test]
+fn sigterm_at_the_terminal_cancels_the_run_with_a_report() {
+    let f = Fixture::new("python-add");
+    let script = f.script(&[plan(&["calc.py"])]);
+    // A test command that outlives the test unless it is killed; its odd length names it.
+    let sleeper = "sleep 271.828";
+    let child = Command::new(env!("CARGO_BIN_EXE_git-agent"))
+        .args(["fix", "--json", "--test-cmd", sleeper, "--model"])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--repo")
+        .arg(f.repo())
+        .arg("fix add")
+        .env("XDG_CONFIG_HOME", f.tmp.path().join("config"))
+        .env("XDG_STATE_HOME", f.state())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sleeping = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"271.828"))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !sleeping() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the baseline never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("exit {:?}: {stderr}", out.status.code()));
+    assert_eq!(json["state"], "cancelled", "{json}\n{stderr}");
+    assert_eq!(out.status.code(), Some(1));
+    let run = json["run_id"].as_str().unwrap();
+    let status = f.agent(&["status", run, "--json"], &[]);
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["state"], "cancelled");
+    let show = f.agent(&["show", run], &[]);
+    assert_eq!(show.status.code(), Some(0));
+    let report = String::from_utf8_lossy(&show.stdout);
+    assert!(report.contains("**Cancelled.**"), "{report}");
+    assert!(report.contains("Interrupted by SIGTERM"), "{report}");
+    // The baseline's command went with the run.
+    let gone = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sleeping() {
+        assert!(
+            std::time::Instant::now() < gone,
+            "the test command outlived the run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let verify = f.agent(&["audit", "verify", run], &[]);
+    assert_eq!(verify.status.code(), Some(0));
+    // An interrupted run has ended: its worktree went to the pool like any other.
+    assert!(f.pooled(run).is_some());
+}
+
+/// Issue 19: `git agent --help` is git's `git help agent`, which opens `git-agent(1)`: the
+/// page `git agent man` prints names every command, `--dir` writes a page for each, and `man`
+/// renders them for git.
+#[test]
+fn the_manual_pages_document_every_command_and_git_help_opens_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_git-agent"))
+            .args(args)
+            .env("XDG_CONFIG_HOME", tmp.path().join("cfg"))
+            .output()
+            .unwrap()
+    };
+    let out = agent(&["man"]);
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH git-agent 1"), "{page}");
+    let commands = [
+        "fix", "plan", "resume", "status", "show", "serve", "gc", "man",
+    ];
+    for command in commands {
+        assert!(
+            page.contains(&format!("git\\-agent\\-{command}(1)")),
+            "{command} missing:\n{page}"
+        );
+    }
+    let man1 = tmp.path().join("man/man1");
+    let out = agent(&["man", "--dir", man1.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(man1.join("git-agent.1")).unwrap(),
+        page
+    );
+    for command in commands {
+        let sub = std::fs::read_to_string(man1.join(format!("git-agent-{command}.1"))).unwrap();
+        assert!(sub.contains(&format!(".TH git-agent-{command} 1")), "{sub}");
+    }
+    // What git runs for `git agent --help` (git turns it into `git help agent` once it
+    // finds `git-agent` on PATH), with the pages where MANPATH points.
+    let bin = Path::new(env!("CARGO_BIN_EXE_git-agent")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = Command::new("git")
+        .args(["agent", "--help"])
+        .env("PATH", path)
+        .env("MANPATH", tmp.path().join("man"))
+        .env("MANPAGER", "cat")
+        .env("PAGER", "cat")
+        .env("GIT_PAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("git-agent-gc(1)"), "{text}");
+    assert!(text.contains("verified commits"), "{text}");
 }

@@ -40,7 +40,9 @@ async fn a_run_for_one_repository_sees_nothing_of_another() {
         db.clone(),
         mirror_b.clone(),
         mirror_b.join("agent/runs"),
-        mirror_b.join("agent/worktrees"),
+        state
+            .join("worktrees")
+            .join(git_agent::workspace::repo_key(&mirror_b)),
     ];
     // `ls` names an absent path only in its output ("cannot access"); the policy allows it.
     let mut probe = String::from("cat calc.py; ls -d");
@@ -120,10 +122,8 @@ async fn a_run_for_one_repository_sees_nothing_of_another() {
         .join(job_b.run_id.clone().unwrap());
     let record_b = std::fs::read_to_string(run_b.join("conversation.jsonl")).unwrap();
     assert!(record_b.contains(CANARY_B), "B's record holds its canary");
-    let worktrees_b: Vec<_> = std::fs::read_dir(mirror_b.join("agent/worktrees"))
-        .unwrap()
-        .flatten()
-        .collect();
+    // B's worktrees are under the state directory, in B's own directory.
+    let worktrees_b: Vec<_> = std::fs::read_dir(&targets[3]).unwrap().flatten().collect();
     assert!(
         !worktrees_b.is_empty(),
         "B's worktree is kept while it waits"

@@ -34,6 +34,14 @@ fn sample_repo(dir: &Path) {
     git(dir, &["commit", "-qm", "initial"]);
 }
 
+/// The repository at or above `dir`, with a state directory of its own for run worktrees
+/// (kept while the returned guard lives).
+fn open(dir: impl AsRef<Path>) -> (Repo, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let repo = Repo::discover(dir).unwrap().with_state_dir(state.path());
+    (repo, state)
+}
+
 fn request(run: &str, branch: &str) -> WorktreeRequest {
     WorktreeRequest {
         run_id: run.into(),
@@ -125,15 +133,12 @@ fn commit_matches_git_add_all_for_a_matrix_of_changes() {
     git(&reference, &["commit", "-qm", "reference"]);
 
     // Ours: in a run worktree.
-    let repo = Repo::discover(main.join("src")).unwrap();
+    let (repo, _state) = open(main.join("src"));
     let (wt, prov) = repo
         .create_worktree(&request("run1", "agent/run1"), WorktreeOptions::default())
         .unwrap();
     assert_eq!(prov, Provenance::Fresh);
-    assert_eq!(
-        wt.path(),
-        repo.common_dir().join("agent/worktrees/run1").as_path()
-    );
+    assert_eq!(wt.path(), repo.worktrees_dir().unwrap().join("run1"));
     apply_matrix(wt.path());
     assert!(wt.is_dirty().unwrap());
     let id = wt
@@ -181,7 +186,7 @@ fn commit_matches_git_add_all_for_a_matrix_of_changes() {
 fn existing_branch_is_refused_unless_resuming() {
     let tmp = tempfile::tempdir().unwrap();
     sample_repo(tmp.path());
-    let repo = Repo::discover(tmp.path()).unwrap();
+    let (repo, _state) = open(tmp.path());
     git(tmp.path(), &["branch", "agent/taken"]);
     let err = repo
         .create_worktree(&request("r1", "agent/taken"), WorktreeOptions::default())
@@ -224,7 +229,7 @@ fn existing_branch_is_refused_unless_resuming() {
 fn warm_pool_reuse_resets_only_changed_files() {
     let tmp = tempfile::tempdir().unwrap();
     sample_repo(tmp.path());
-    let repo = Repo::discover(tmp.path()).unwrap();
+    let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
         .create_worktree(&request("first", "agent/first"), WorktreeOptions::default())
         .unwrap();
@@ -236,7 +241,7 @@ fn warm_pool_reuse_resets_only_changed_files() {
     let untouched = wt.path().join("src/util.rs");
     let before = std::fs::metadata(&untouched).unwrap().modified().unwrap();
     let pooled = wt.release_to_pool().unwrap();
-    assert!(pooled.starts_with(repo.common_dir().join("agent/pool")));
+    assert!(pooled.starts_with(repo.pool_dir().unwrap()));
 
     // main moves on meanwhile.
     write(tmp.path(), "README.md", b"# sample v2\n");
@@ -255,10 +260,7 @@ fn warm_pool_reuse_resets_only_changed_files() {
         Provenance::Warm { files_changed } => assert!(files_changed > 0 && files_changed < 30),
         other => panic!("expected warm reuse, got {other:?}"),
     }
-    assert_eq!(
-        wt2.path(),
-        repo.common_dir().join("agent/worktrees/second").as_path()
-    );
+    assert_eq!(wt2.path(), repo.worktrees_dir().unwrap().join("second"));
     // Clean per git, on the new branch, at main's tree.
     assert_eq!(git(wt2.path(), &["status", "--porcelain"]), "");
     assert_eq!(
@@ -286,7 +288,10 @@ fn warm_pool_reuse_resets_only_changed_files() {
     assert_eq!(before, after);
     // git sees the worktree at its new place.
     let list = git(tmp.path(), &["worktree", "list", "--porcelain"]);
-    assert!(list.contains("agent/worktrees/second"), "{list}");
+    assert!(
+        list.contains(&format!("worktree {}", wt2.path().display())),
+        "{list}"
+    );
     // And it still commits correctly.
     write(wt2.path(), "z.txt", b"z\n");
     let id = wt2.commit_all(&commit_req("z")).unwrap().unwrap();
@@ -303,7 +308,7 @@ fn warm_pool_reuse_resets_only_changed_files() {
 fn rollback_to_a_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     sample_repo(tmp.path());
-    let repo = Repo::discover(tmp.path()).unwrap();
+    let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
         .create_worktree(&request("rb", "agent/rb"), WorktreeOptions::default())
         .unwrap();
@@ -330,7 +335,7 @@ fn rollback_to_a_checkpoint() {
 fn diff_and_diffstat_against_base() {
     let tmp = tempfile::tempdir().unwrap();
     sample_repo(tmp.path());
-    let repo = Repo::discover(tmp.path()).unwrap();
+    let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
         .create_worktree(&request("d", "agent/d"), WorktreeOptions::default())
         .unwrap();
@@ -462,7 +467,7 @@ fn planted_canaries_never_fire() {
         std::fs::copy(canary(hook), remote.join("hooks").join(hook)).unwrap();
     }
 
-    let repo = Repo::discover(&dir).unwrap();
+    let (repo, _state) = open(&dir);
     let (wt, _) = repo
         .create_worktree(&request("c", "agent/c"), WorktreeOptions::default())
         .unwrap();
@@ -572,7 +577,7 @@ fn push_keeps_the_token_out_of_argv_and_files() {
     let (shim, log) = git_shim(tmp.path());
     let token = "ghs_CanaryToken1234567890abcdef";
 
-    let repo = Repo::discover(&dir).unwrap();
+    let (repo, _state) = open(&dir);
     let (wt, _) = repo
         .create_worktree(&request("p", "agent/p"), WorktreeOptions::default())
         .unwrap();
@@ -647,7 +652,7 @@ fn push_helper_entry() {
     let Ok(dir) = std::env::var("PUSH_HELPER_DIR") else {
         return;
     };
-    let repo = Repo::discover(dir).unwrap();
+    let (repo, _state) = open(dir);
     repo.push(
         &std::env::var("PUSH_HELPER_REMOTE").unwrap(),
         &[std::env::var("PUSH_HELPER_REF").unwrap()],
@@ -709,7 +714,7 @@ fn run_record_ref_round_trips_through_a_remote() {
         &["init", "-q", "--bare", remote.to_str().unwrap()],
     );
 
-    let repo = Repo::discover(&dir).unwrap();
+    let (repo, _state) = open(&dir);
     let run_dir = repo.run_dir("01JRUN");
     write(&run_dir, "state.json", br#"{"state":"editing"}"#);
     write(&run_dir, "audit.jsonl", b"{\"seq\":0}\n");
@@ -766,14 +771,14 @@ fn run_record_ref_round_trips_through_a_remote() {
 fn remove_and_prune() {
     let tmp = tempfile::tempdir().unwrap();
     sample_repo(tmp.path());
-    let repo = Repo::discover(tmp.path()).unwrap();
+    let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
         .create_worktree(&request("rm", "agent/rm"), WorktreeOptions::default())
         .unwrap();
     let path = wt.path().to_path_buf();
     wt.remove().unwrap();
     assert!(!path.exists());
-    assert!(!git(tmp.path(), &["worktree", "list"]).contains("agent/worktrees/rm"));
+    assert!(!git(tmp.path(), &["worktree", "list"]).contains(path.to_str().unwrap()));
     let (wt, _) = repo
         .create_worktree(&request("gone", "agent/gone"), WorktreeOptions::default())
         .unwrap();
@@ -799,7 +804,7 @@ fn a_refused_branch_push_pushes_nothing_and_names_the_ref() {
     git(&other, &["commit", "-qm", "theirs"]);
     git(&other, &["push", "-q", "origin", "HEAD:refs/heads/agent/x"]);
 
-    let repo = Repo::discover(&dir).unwrap();
+    let (repo, _state) = open(&dir);
     let (wt, _) = repo
         .create_worktree(&request("x", "agent/x"), WorktreeOptions::default())
         .unwrap();
@@ -842,4 +847,198 @@ fn a_refused_branch_push_pushes_nothing_and_names_the_ref() {
         refs.contains("refs/agent/runs/x") && refs.contains("agent/x-abc123"),
         "{refs}"
     );
+}
+
+/// Issue 19: a run's worktree lives under the state directory, outside the repository and
+/// with no `.git` component in its path; the key names the repository and tells apart two
+/// checkouts of the same name, whichever worktree the repository is opened from.
+#[test]
+fn run_worktrees_live_outside_the_repository_and_any_dot_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("one/app");
+    let b = tmp.path().join("two/app");
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+        sample_repo(d);
+    }
+    let state = tmp.path().join("state");
+    let ra = Repo::discover(&a).unwrap().with_state_dir(&state);
+    let rb = Repo::discover(&b).unwrap().with_state_dir(&state);
+    assert!(ra.key().starts_with("app-") && rb.key().starts_with("app-"));
+    assert_ne!(ra.key(), rb.key());
+    let (wt, _) = ra
+        .create_worktree(&request("r1", "agent/r1"), WorktreeOptions::default())
+        .unwrap();
+    assert_eq!(
+        wt.path(),
+        state.join("worktrees").join(ra.key()).join("r1").as_path()
+    );
+    assert!(!wt.path().starts_with(&a));
+    assert!(
+        !wt.path().components().any(|c| c.as_os_str() == ".git"),
+        "{}",
+        wt.path().display()
+    );
+    // Opened from its own subdirectory or from the run's worktree: the same key.
+    assert_eq!(Repo::discover(a.join("src")).unwrap().key(), ra.key());
+    assert_eq!(Repo::discover(wt.path()).unwrap().key(), ra.key());
+    assert_eq!(
+        git(wt.path(), &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "agent/r1"
+    );
+    git(&a, &["fsck", "--strict", "--no-progress"]);
+    // Without a state directory there is nowhere to put one.
+    let bare = Repo::discover(&b).unwrap();
+    let err = bare
+        .create_worktree(&request("r2", "agent/r2"), WorktreeOptions::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("no state directory"), "{err}");
+}
+
+/// Issue 19 migration: a run whose worktree was made in the old place
+/// (`.git/agent/worktrees/<id>`) is moved out when it resumes, with git's bookkeeping
+/// following it, and keeps its uncommitted work.
+#[test]
+fn a_resumed_run_moves_its_old_worktree_out_of_the_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    sample_repo(tmp.path());
+    let old = tmp.path().join(".git/agent/worktrees/old");
+    git(
+        tmp.path(),
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "agent/old",
+            old.to_str().unwrap(),
+        ],
+    );
+    write(&old, "wip.txt", b"work in progress\n");
+    let (repo, _state) = open(tmp.path());
+    let (wt, prov) = repo
+        .create_worktree(
+            &request("old", "agent/old"),
+            WorktreeOptions {
+                resume: true,
+                warm: false,
+            },
+        )
+        .unwrap();
+    assert_eq!(prov, Provenance::Reopened);
+    assert_eq!(wt.path(), repo.worktrees_dir().unwrap().join("old"));
+    assert!(!old.exists());
+    assert_eq!(
+        std::fs::read(wt.path().join("wip.txt")).unwrap(),
+        b"work in progress\n"
+    );
+    let list = git(tmp.path(), &["worktree", "list", "--porcelain"]);
+    assert!(
+        list.contains(&format!("worktree {}", wt.path().display())),
+        "{list}"
+    );
+    assert!(!list.contains("agent/worktrees/old"), "{list}");
+    assert_eq!(
+        git(wt.path(), &["status", "--porcelain"]).trim(),
+        "?? wip.txt"
+    );
+    git(tmp.path(), &["fsck", "--strict", "--no-progress"]);
+}
+
+/// `release_run_worktree` pools an ended run's worktree; gc removes pooled ones and finished
+/// runs' by age, then the oldest while over the size cap, the old places' too, and git
+/// forgets them. A run that has not ended keeps its worktree.
+#[test]
+fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
+    use git_agent::workspace::GcOptions;
+    use std::time::{Duration, SystemTime};
+    let tmp = tempfile::tempdir().unwrap();
+    sample_repo(tmp.path());
+    let (repo, _state) = open(tmp.path());
+    let mk = |id: &str| {
+        repo.create_worktree(
+            &request(id, &format!("agent/{id}")),
+            WorktreeOptions::default(),
+        )
+        .unwrap()
+        .0
+    };
+    let pooled = mk("pooled");
+    // Some build output, so sizes differ and count.
+    write(pooled.path(), "target/big.bin", &vec![7u8; 256 * 1024]);
+    drop(pooled);
+    let pooled = repo.release_run_worktree("pooled").unwrap().unwrap();
+    assert!(pooled.starts_with(repo.pool_dir().unwrap()));
+    assert_eq!(repo.release_run_worktree("nothing-here").unwrap(), None);
+    let finished = mk("finished").path().to_path_buf();
+    let running = mk("running").path().to_path_buf();
+    // A pooled worktree left in the old place by an earlier version.
+    let legacy = tmp.path().join(".git/agent/pool/legacy");
+    git(
+        tmp.path(),
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "agent/legacy",
+            legacy.to_str().unwrap(),
+        ],
+    );
+    let ended = |id: &str| match id {
+        "finished" => Some(SystemTime::now() - Duration::from_secs(3 * 86_400)),
+        _ => None,
+    };
+
+    // Nothing is ten days old.
+    let seen = repo
+        .gc_worktrees(
+            &GcOptions {
+                older_than: Duration::from_secs(10 * 86_400),
+                max_bytes: None,
+            },
+            &ended,
+        )
+        .unwrap();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.iter().all(|e| !e.removed));
+    assert!(
+        !seen.iter().any(|e| e.path == running),
+        "a live run is not gc's"
+    );
+    // The finished run ended three days ago: two days removes it, and only it.
+    let seen = repo
+        .gc_worktrees(
+            &GcOptions {
+                older_than: Duration::from_secs(2 * 86_400),
+                max_bytes: None,
+            },
+            &ended,
+        )
+        .unwrap();
+    let removed: Vec<_> = seen.iter().filter(|e| e.removed).collect();
+    assert_eq!(removed.len(), 1, "{seen:?}");
+    assert_eq!(removed[0].path, finished);
+    assert!(!finished.exists() && pooled.exists() && legacy.exists());
+    // A size cap below the big one's size removes the oldest until the rest fit.
+    let big = seen.iter().find(|e| e.path == pooled).unwrap().bytes;
+    assert!(big >= 256 * 1024, "{big}");
+    let seen = repo
+        .gc_worktrees(
+            &GcOptions {
+                older_than: Duration::from_secs(10 * 86_400),
+                max_bytes: Some(1),
+            },
+            &ended,
+        )
+        .unwrap();
+    assert!(seen.iter().all(|e| e.removed), "{seen:?}");
+    assert!(!pooled.exists() && !legacy.exists() && running.exists());
+    let list = git(tmp.path(), &["worktree", "list", "--porcelain"]);
+    assert!(
+        !list.contains("pooled") && !list.contains("legacy"),
+        "{list}"
+    );
+    assert!(list.contains(running.to_str().unwrap()), "{list}");
+    git(tmp.path(), &["fsck", "--strict", "--no-progress"]);
 }

@@ -149,6 +149,8 @@ impl Runner {
             .env("PATH", std::env::var("PATH").unwrap())
             .env("HOME", std::env::var("HOME").unwrap())
             .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
+            // Run worktrees and the pool go to the state directory: the test's own.
+            .env("XDG_STATE_HOME", self.tmp.path().join("state"))
             .env("GITHUB_ACTIONS", "true")
             .env("GITHUB_EVENT_NAME", self.event_name)
             .env("GITHUB_EVENT_PATH", self.tmp.path().join("event.json"))

@@ -435,6 +435,7 @@ async fn a_fix_run_against_the_real_model_ends_cleanly() {
             .arg("--repo")
             .arg(&repo)
             .env("XDG_CONFIG_HOME", &config)
+            .env("XDG_STATE_HOME", config.with_file_name("state"))
             .env("OPENAI_BASE_URL", &server.base)
             .env_remove("OPENAI_API_KEY")
             .env_remove("GIT_AGENT_TEST_KILL_AT")
