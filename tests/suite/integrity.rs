@@ -598,3 +598,29 @@ fn preexisting_and_flaky_failures_do_not_block_a_real_fix() {
         "{json}"
     );
 }
+
+/// Deselecting the failing test in pytest's configuration is a change to the runner's
+/// configuration: the run waits for a person instead of calling it a fix.
+#[test]
+fn deselecting_the_failing_test_waits_for_a_person() {
+    let f = Fixture::new("python-add");
+    let pyproject = std::fs::read_to_string(f.repo().join("pyproject.toml"))
+        .unwrap()
+        .replace(
+            "pythonpath = [\".\"]",
+            "pythonpath = [\".\"]\naddopts = \"--deselect tests/test_calc.py::test_add\"",
+        );
+    let script = f.script(&[
+        plan(&["pyproject.toml"]),
+        write("pyproject.toml", &pyproject),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("awaiting_approval"), Some(4)),
+        "{json}"
+    );
+    let report = f.report(&run_id(&json));
+    assert!(report.contains("tool.pytest"), "{report}");
+}
