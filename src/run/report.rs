@@ -644,7 +644,7 @@ mod tests {
                 "4 passed, 0 failed; the 1 that failed before now passes; none newly failing"
                     .into(),
             ),
-            held_out: Some("not needed: no test file of the base was changed".into()),
+            held_out: Some("not needed: no test file was changed".into()),
             reproduction: Some("the baseline's failing tests (`adds`)".into()),
             reproduced: true,
             passed: true,
@@ -668,7 +668,7 @@ mod tests {
             }],
             runner_config: vec!["`conftest.py` is pytest's hooks and fixtures (approved by ada)".into()],
             clean_tree: Some("2 passed, 0 failed; the 1 that failed before now passes; none newly failing".into()),
-            held_out: Some("1 passed, 1 failed; 1 still failing; none newly failing (base versions of `tests/test_calc.py`)".into()),
+            held_out: Some("1 passed, 1 failed; 1 still failing; none newly failing (test files as in the base: `tests/test_calc.py`)".into()),
             reproduction: None,
             reproduced: true,
             excluded: vec!["Cargo.lock".into()],

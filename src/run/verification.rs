@@ -444,20 +444,22 @@ pub(super) async fn final_check(
         )));
     }
 
-    // 4. Held-out tests: the base's versions of the test files the run changed.
+    // 4. Held-out tests: the test files exactly as in the base (changed ones put back, added
+    //    ones left out: a new test module can patch the runner when it is imported) against
+    //    the new code.
     let held_out: Vec<String> = changed
         .iter()
-        .filter(|c| c.status != FileStatus::Added && verify::is_test_path(&c.path))
+        .filter(|c| verify::is_test_path(&c.path))
         .map(|c| c.path.clone())
         .collect();
     if held_out.is_empty() {
-        integrity.held_out = Some("not needed: no test file of the base was changed".into());
+        integrity.held_out = Some("not needed: no test file was changed".into());
     } else {
         let commit = svc.repo.overlay(snapshot, base, &held_out)?;
         let run = run_clean(led, &name, commit, cmd, Check::HeldOut(attempt), &paths).await?;
         let ok = run.decision.success;
         integrity.held_out = Some(format!(
-            "{} (base versions of {})",
+            "{} (test files as in the base: {})",
             run.line.result,
             quoted(&held_out)
         ));
@@ -520,10 +522,10 @@ pub(super) async fn final_check(
         } else if !ok {
             led.rec.integrity = Some(integrity);
             return Ok(Verdict::failed(format!(
-                "You changed test files that already existed ({}). With their versions from \
-                 the base revision, run against your code, the tests do not pass: changing a \
-                 test does not fix the code it tests. Fix the code; add new tests in addition \
-                 to the old ones rather than changing them.\n{said}",
+                "You changed or added test files ({}). With the test files exactly as in the \
+                 base revision, run against your code, the tests do not pass: a change to the \
+                 tests does not fix the code they test. Fix the code; add new tests in \
+                 addition to the old ones rather than changing them.\n{said}",
                 quoted(&held_out)
             )));
         }

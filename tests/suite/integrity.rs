@@ -624,3 +624,26 @@ fn deselecting_the_failing_test_waits_for_a_person() {
     let report = f.report(&run_id(&json));
     assert!(report.contains("tool.pytest"), "{report}");
 }
+
+/// A new test module that patches pytest when it is imported (every failure reported as a
+/// pass) is not runner configuration by name, and is committed with the change; the
+/// held-out run leaves added test files out, so the base's tests still decide.
+#[test]
+fn a_new_test_module_that_patches_the_runner_fails_the_held_out_tests() {
+    let f = Fixture::new("python-add");
+    f.user_config(ONE_ATTEMPT);
+    let patch = "import _pytest.reports\n\n_orig = _pytest.reports.TestReport.from_item_and_call\n\n\ndef _passing(item, call):\n    r = _orig(item, call)\n    r.outcome = 'passed'\n    r.longrepr = None\n    return r\n\n\n_pytest.reports.TestReport.from_item_and_call = staticmethod(_passing)\n\n\ndef test_nothing():\n    pass\n";
+    let script = f.script(&[
+        plan(&["tests/test_aaa_setup.py"]),
+        write("tests/test_aaa_setup.py", patch),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("failed"), Some(1)),
+        "{json}"
+    );
+    let report = f.report(&run_id(&json));
+    assert!(report.contains("held-out tests"), "{report}");
+}
