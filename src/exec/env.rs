@@ -20,6 +20,8 @@ pub const DEFAULT_PASS_ENV: &[&str] = &[
     "CI",
     "NO_COLOR",
     "CARGO_HOME",
+    // A person who set cargo offline meant every cargo, the sandboxed ones too (issue 19).
+    "CARGO_NET_OFFLINE",
     "RUSTUP_HOME",
     "RUSTUP_TOOLCHAIN",
     "GOROOT",
@@ -93,6 +95,14 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cargo_offline_is_honoured_inside() {
+        let parent = vec![("CARGO_NET_OFFLINE".to_string(), "true".to_string())];
+        let pass: Vec<String> = DEFAULT_PASS_ENV.iter().map(|s| s.to_string()).collect();
+        let env = sandbox_env(parent, &pass, "/p/home".as_ref(), "/p/tmp".as_ref(), &[]);
+        assert!(env.contains(&("CARGO_NET_OFFLINE".to_string(), "true".to_string())));
+    }
 
     #[test]
     fn only_allowed_non_secret_names_pass_and_home_is_private() {
