@@ -57,27 +57,13 @@ pub fn runner_config_change(
     if old == new {
         return None;
     }
+    if let Some(why) = runner_config_by_name(rela) {
+        return Some(why);
+    }
     let name = Path::new(rela)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if let Some(what) = whole_file(&name, rela) {
-        return Some(format!("`{rela}` is {what}"));
-    }
-    if rela.split('/').any(|c| c == "_pytest") {
-        return Some(format!("`{rela}` shadows pytest's own package"));
-    }
-    let base = name.split('.').next().unwrap_or("");
-    let versioned_python =
-        name.starts_with("python3.") && name[8..].chars().all(|c| c.is_ascii_digit());
-    if SHADOWED.contains(&name.as_str())
-        || versioned_python
-        || (base == "python3" && name.ends_with(".exe"))
-    {
-        return Some(format!(
-            "`{rela}` is named like the `{name}` program and can stand in for it"
-        ));
-    }
     let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
     let (old_t, new_t) = (text(old), text(new));
     match name.as_str() {
@@ -125,6 +111,34 @@ pub fn runner_config_change(
         )),
         _ => None,
     }
+}
+
+/// Why `rela` is runner configuration as a whole, by its name alone (a `conftest.py`, a
+/// `pytest.py` shadow, a file named like an interpreter); `None` for files whose runner part
+/// only their content shows (`pyproject.toml`, `package.json`, …).
+pub fn runner_config_by_name(rela: &str) -> Option<String> {
+    let name = Path::new(rela)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(what) = whole_file(&name, rela) {
+        return Some(format!("`{rela}` is {what}"));
+    }
+    if rela.split('/').any(|c| c == "_pytest") {
+        return Some(format!("`{rela}` shadows pytest's own package"));
+    }
+    let base = name.split('.').next().unwrap_or("");
+    let versioned_python =
+        name.starts_with("python3.") && name[8..].chars().all(|c| c.is_ascii_digit());
+    if SHADOWED.contains(&name.as_str())
+        || versioned_python
+        || (base == "python3" && name.ends_with(".exe"))
+    {
+        return Some(format!(
+            "`{rela}` is named like the `{name}` program and can stand in for it"
+        ));
+    }
+    None
 }
 
 fn mentions_make(cmd: &str) -> bool {

@@ -89,6 +89,17 @@ fn record_change(ctx: &ToolContext, path: &str, action: ChangeAction) -> bool {
     planned
 }
 
+/// Said when a write touches the test runner's configuration by name: the change is allowed
+/// here, but it will need a person's approval (or be refused) before the run can be verified.
+fn runner_note(ctx: &ToolContext, rel: &str) -> String {
+    match crate::policy::runner_config_by_name(rel) {
+        Some(why) if ctx.policy.runner_config.0 != Decision::Allow => format!(
+            " (note: {why}, the test runner's configuration; a change to it needs a person's approval before the run can be verified — change the code instead if you can)"
+        ),
+        _ => String::new(),
+    }
+}
+
 fn unplanned_note(planned: bool) -> &'static str {
     if planned {
         ""
@@ -372,11 +383,12 @@ impl Tool for EditFile {
                 ),
             };
             let mut out = format!(
-                "edited {rel}: replaced {} line(s) at line {} with {} line(s){how}{}\n",
+                "edited {rel}: replaced {} line(s) at line {} with {} line(s){how}{}{}\n",
                 applied.old_lines,
                 applied.start_line,
                 applied.new_lines,
-                unplanned_note(planned)
+                unplanned_note(planned),
+                runner_note(ctx, &rel)
             );
             out.push_str(&excerpt(
                 &applied.content,
@@ -463,11 +475,12 @@ impl Tool for WriteFile {
             };
             let planned = record_change(ctx, &written.as_str(), action);
             Ok(ToolOutput::text(format!(
-                "{} {rel} ({} bytes, {} lines){}",
+                "{} {rel} ({} bytes, {} lines){}{}",
                 if existed { "wrote" } else { "created" },
                 a.content.len(),
                 a.content.lines().count(),
-                unplanned_note(planned)
+                unplanned_note(planned),
+                runner_note(ctx, &rel)
             )))
         })
     }
@@ -517,8 +530,9 @@ impl Tool for DeleteFile {
                 .map_err(|e| confine_err("delete_file", e))?;
             let planned = record_change(ctx, &deleted.as_str(), ChangeAction::Deleted);
             Ok(ToolOutput::text(format!(
-                "deleted {rel}{}",
-                unplanned_note(planned)
+                "deleted {rel}{}{}",
+                unplanned_note(planned),
+                runner_note(ctx, &rel)
             )))
         })
     }

@@ -54,6 +54,16 @@ fn a_conftest_hook_waits_for_a_person() {
             "{report}"
         );
         assert!(json["commits"].as_array().unwrap().is_empty(), "{json}");
+        if !via_command {
+            // The model was told at once, in the write's answer.
+            let conversation =
+                std::fs::read_to_string(f.run_dir(&run_id(&json)).join("conversation.jsonl"))
+                    .unwrap();
+            assert!(
+                conversation.contains("needs a person's approval before the run can be verified"),
+                "{conversation}"
+            );
+        }
     }
 }
 
