@@ -20,12 +20,33 @@ const SHADOWED: &[&str] = &[
     "cargo", "rustc", "go", "sh", "bash", "env", "make", "java", "mvn", "gradle",
 ];
 
+/// Top-level Python modules pytest imports: a root-level file or package of that name
+/// shadows the real one under `python3 -m pytest`.
+const SHADOWED_MODULES: &[&str] = &[
+    "pluggy",
+    "iniconfig",
+    "packaging",
+    "_pytest",
+    "pytest",
+    "py",
+    "exceptiongroup",
+    "tomli",
+    "colorama",
+    "pygments",
+];
+
 /// Files that are runner configuration as a whole, by name.
 fn whole_file(name: &str, rela: &str) -> Option<&'static str> {
     let starts = |p: &str| name.starts_with(p);
     Some(match name {
         "conftest.py" => "pytest's hooks and fixtures",
-        "pytest.ini" => "pytest's configuration",
+        "pytest.ini" | ".pytest.ini" | "pytest.toml" | ".pytest.toml" => "pytest's configuration",
+        ".npmrc" => "npm's configuration (node options, the script shell)",
+        ".yarnrc" | ".yarnrc.yml" => "yarn's configuration (which yarn runs)",
+        ".pnpmfile.cjs" | ".pnpmfile.mjs" => "pnpm's install hooks",
+        "bunfig.toml" => "bun's configuration",
+        "node.config.json" => "node's configuration",
+        "rust-toolchain" | "rust-toolchain.toml" => "the Rust toolchain the tests build with",
         "tox.ini" => "tox's configuration",
         "noxfile.py" => "nox's sessions",
         "sitecustomize.py" | "usercustomize.py" => "a module every Python process imports",
@@ -40,6 +61,22 @@ fn whole_file(name: &str, rela: &str) -> Option<&'static str> {
         _ if starts("karma.conf.") => "karma's configuration",
         _ if rela.starts_with(".cargo/") || rela.contains("/.cargo/") => {
             "Cargo's configuration (runners, flags)"
+        }
+        // Compiled or installed code that is loaded instead of (or before) the sources.
+        _ if name.ends_with(".pyc") || name.ends_with(".pyo") => {
+            "compiled Python that is imported instead of its source"
+        }
+        _ if name.ends_with(".so") || name.ends_with(".pyd") || name.ends_with(".dylib") => {
+            "a compiled extension loaded before the sources"
+        }
+        _ if rela.split('/').any(|c| {
+            c.ends_with(".dist-info") || c.ends_with(".egg-info") || c == "__pycache__"
+        }) =>
+        {
+            "installed-package metadata or bytecode (entry points load pytest plugins)"
+        }
+        _ if rela.split('/').any(|c| c == "node_modules") => {
+            "installed JavaScript packages (they stand in for the runner and its assertions)"
         }
         _ => return None,
     })
@@ -59,6 +96,16 @@ pub fn runner_config_change(
     }
     if let Some(why) = runner_config_by_name(rela) {
         return Some(why);
+    }
+    // A new root-level module named like one pytest imports shadows it (a project that is
+    // that module changes its existing files freely).
+    if old.is_none()
+        && rela.split('/').next().is_some_and(|top| {
+            let top = top.strip_suffix(".py").unwrap_or(top);
+            SHADOWED_MODULES.contains(&top)
+        })
+    {
+        return Some(format!("`{rela}` shadows a module pytest itself imports"));
     }
     let name = Path::new(rela)
         .file_name()
@@ -90,6 +137,8 @@ pub fn runner_config_change(
                 &["package", "build"],
                 &["package", "autotests"],
                 &["package", "autobins"],
+                &["patch"],
+                &["replace"],
             ],
         )
         .map(|part| format!("`{rela}`: [{part}] changed (how tests are built and run)")),
@@ -241,6 +290,17 @@ mod tests {
             "build.rs",
             ".cargo/config.toml",
             "node_modules/.bin/node",
+            "node_modules/chai/index.js",
+            ".pytest.ini",
+            "pytest.toml",
+            ".npmrc",
+            ".yarnrc.yml",
+            "rust-toolchain.toml",
+            "__pycache__/calc.cpython-312.pyc",
+            "calc.cpython-312-x86_64-linux-gnu.so",
+            "x.dist-info/entry_points.txt",
+            "pluggy/__init__.py",
+            "iniconfig.py",
             "bin/python3",
             "tools/python3.12",
         ] {
@@ -284,6 +344,9 @@ mod tests {
         let dep = "[package]\nname = \"x\"\n[dependencies]\nitoa = \"1\"\n";
         let harness = "[package]\nname = \"x\"\n[[test]]\nname = \"t\"\nharness = false\n";
         assert_eq!(change("Cargo.toml", Some(cargo), Some(dep)), None);
+        let patched =
+            format!("{cargo}[patch.crates-io]\napprox = {{ path = \"vendor/approx\" }}\n");
+        assert!(change("Cargo.toml", Some(cargo), Some(&patched)).is_some());
         assert!(change("Cargo.toml", Some(cargo), Some(harness)).is_some());
 
         let cfg = "[metadata]\nname = x\n[tool:pytest]\ntestpaths = tests\n";

@@ -291,14 +291,20 @@ pub fn render(r: &ReportInput) -> String {
     let verdict = match r.state.as_str() {
         // "Verified" only when every integrity check passed and a test showed the problem.
         "succeeded" => match &r.integrity {
-            Some(i) if i.passed && i.reproduced => {
+            Some(i)
+                if i.passed && i.reproduced && i.preexisting.is_empty() && i.flaky.is_empty() =>
+            {
                 "Draft for review; verified by the project's tests."
+            }
+            Some(i) if i.passed && (!i.preexisting.is_empty() || !i.flaky.is_empty()) => {
+                "Draft for review; the project's tests pass except failures judged pre-existing or flaky (listed below) — **check that they are unrelated**."
             }
             Some(i) if i.passed => {
                 "Draft for review; the project's tests pass, but **no test showed the problem** before the change."
             }
             Some(_) => "Draft for review; see the integrity checks below.",
-            None => "Draft for review; verified by the project's tests.",
+            // A plan-only run, or a record older than the integrity checks: no claim.
+            None => "Draft for review.",
         },
         "failed" => "Draft for review; **verification did not pass** — see below.",
         "budget_exhausted" => {
@@ -583,7 +589,17 @@ mod tests {
                 },
             ],
             sandbox: None,
-            integrity: None,
+            integrity: (state == "succeeded").then(|| Integrity {
+                clean_tree: Some(
+                    "4 passed, 0 failed; the 1 that failed before now passes; none newly failing"
+                        .into(),
+                ),
+                held_out: Some("not needed: no test file was changed".into()),
+                reproduction: Some("the baseline's failing tests (`adds`)".into()),
+                reproduced: true,
+                passed: true,
+                ..Integrity::default()
+            }),
             review: None,
             cost: vec![
                 CostLine {

@@ -569,6 +569,12 @@ fn preexisting_and_flaky_failures_do_not_block_a_real_fix() {
         "{report}"
     );
     assert!(report.contains("Flaky"), "{report}");
+    // Excused failures are shown, and the headline does not claim a full verification.
+    assert!(
+        !report.contains("verified by the project's tests"),
+        "{report}"
+    );
+    assert!(report.contains("check that they are unrelated"), "{report}");
 
     // With `verify.preexisting = "block"` the same run fails.
     let g = Fixture::new("python-add");
