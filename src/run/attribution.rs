@@ -8,7 +8,7 @@
 //! not ignore) are not the model's change: [`exclude_test_outputs`] puts them back before a
 //! checkpoint unless the plan names them, and the report lists them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
@@ -74,12 +74,7 @@ pub(super) fn observe(led: &mut Ledger<'_>, wt: &Worktree, writer: &str) -> Resu
 /// block and audited).
 pub(super) fn exclude_test_outputs(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Vec<String>> {
     observe(led, &bench.worktree, "a tool or command")?;
-    let planned: BTreeSet<String> = led
-        .rec
-        .plan
-        .iter()
-        .flat_map(|p| p.steps.iter().flat_map(|s| s.files.iter().cloned()))
-        .collect();
+    let planned = led.rec.planned_files();
     let only_tests: Vec<String> = led
         .rec
         .attribution

@@ -49,12 +49,7 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
         ..Gated::default()
     };
     let wt = &bench.worktree;
-    let planned: std::collections::BTreeSet<String> = led
-        .rec
-        .plan
-        .iter()
-        .flat_map(|p| p.steps.iter().flat_map(|s| s.files.iter().cloned()))
-        .collect();
+    let planned = led.rec.planned_files();
     let head = wt.head()?.to_string();
     let policy = &bench.ctx.policy;
     let test_command = led.rec.test_command.clone().unwrap_or_default();

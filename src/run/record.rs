@@ -210,6 +210,14 @@ impl RunRecord {
         (total, unknown)
     }
 
+    /// Every file (or directory, ending in `/`) the plan names.
+    pub fn planned_files(&self) -> std::collections::BTreeSet<String> {
+        self.plan
+            .iter()
+            .flat_map(|p| p.steps.iter().flat_map(|s| s.files.iter().cloned()))
+            .collect()
+    }
+
     /// The report's input, built from this record and the audit trail's lines.
     pub fn report_input(
         &self,

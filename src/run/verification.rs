@@ -136,8 +136,17 @@ pub(super) async fn run_tests(
     check: Check,
 ) -> Result<TestRun> {
     attribution::observe(led, &bench.worktree, "a tool or command")?;
+    // The changed paths only tell pre-existing failures from related ones: no baseline
+    // failure, nothing to tell, no snapshot to write.
+    let baseline_failed = led
+        .rec
+        .baseline
+        .as_ref()
+        .and_then(|b| b.report.as_ref())
+        .is_some_and(|r| !r.failed.is_empty());
     let changed = match check {
         Check::Baseline => Vec::new(),
+        _ if !baseline_failed => Vec::new(),
         _ => {
             let base = led.svc.repo.resolve(&led.rec.base_sha)?;
             let snapshot = bench.worktree.snapshot()?;

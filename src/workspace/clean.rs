@@ -125,18 +125,7 @@ impl Repo {
         if tree == onto_tree.id {
             return Ok(onto);
         }
-        let sig = gix::actor::Signature {
-            name: super::BOOKKEEPING.0.into(),
-            email: super::BOOKKEEPING.1.into(),
-            time: gix::date::Time::now_utc(),
-        };
-        let mut buf = gix::date::parse::TimeBuf::default();
-        let s = sig.to_ref(&mut buf);
-        Ok(
-            g.new_commit_as(s, s, "git-agent: overlay for verification", tree, [onto])
-                .ctx(|| "writing the overlay commit".to_string())?
-                .id,
-        )
+        super::write_loose_commit(g, "git-agent: overlay for verification", tree, onto)
     }
 }
 

@@ -164,23 +164,12 @@ impl Worktree {
         let Some(staged) = self.stage(&repo)? else {
             return repo.resolve("HEAD");
         };
-        let g = repo.gix();
-        let sig = gix::actor::Signature {
-            name: super::BOOKKEEPING.0.into(),
-            email: super::BOOKKEEPING.1.into(),
-            time: gix::date::Time::now_utc(),
-        };
-        let mut buf = gix::date::parse::TimeBuf::default();
-        let s = sig.to_ref(&mut buf);
-        Ok(g.new_commit_as(
-            s,
-            s,
+        super::write_loose_commit(
+            repo.gix(),
             "git-agent: snapshot for verification",
             staged.tree,
-            [staged.head],
+            staged.head,
         )
-        .ctx(|| "writing the snapshot commit".to_string())?
-        .id)
     }
 
     /// Stage every change into a tree (as `git add -A` would) and the index that goes with

@@ -65,5 +65,26 @@ pub(crate) fn write_commit(
         .detach())
 }
 
+/// Write a bookkeeping commit of `tree` on `parent` that no reference points to (the
+/// verification's snapshot and overlays): the object database only, nothing moves.
+pub(crate) fn write_loose_commit(
+    g: &gix::Repository,
+    message: &str,
+    tree: gix::ObjectId,
+    parent: gix::ObjectId,
+) -> Result<gix::ObjectId> {
+    use error::GixContext as _;
+    let sig = gix::actor::Signature {
+        name: BOOKKEEPING.0.into(),
+        email: BOOKKEEPING.1.into(),
+        time: gix::date::Time::now_utc(),
+    };
+    let mut buf = gix::date::parse::TimeBuf::default();
+    let s = sig.to_ref(&mut buf);
+    Ok(g.new_commit_as(s, s, message, tree, [parent])
+        .ctx(|| format!("writing {message:?}"))?
+        .id)
+}
+
 /// Identity of the commits git-agent makes for its own bookkeeping (run records, demo).
 pub(crate) const BOOKKEEPING: (&str, &str) = ("git-agent", "git-agent@localhost");
