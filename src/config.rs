@@ -311,6 +311,82 @@ pub enum Reproduce {
     Off,
 }
 
+/// The public registries set-up may reach by name, and the hosts each stands for.
+pub const REGISTRIES: &[(&str, &[&str])] = &[
+    ("pypi", &["pypi.org", "files.pythonhosted.org"]),
+    ("npm", &["registry.npmjs.org"]),
+    (
+        "crates",
+        &["index.crates.io", "static.crates.io", "crates.io"],
+    ),
+    ("go", &["proxy.golang.org", "sum.golang.org"]),
+];
+
+/// `[setup]`: what prepares the project's environment before the agent's first turn
+/// (issue 19). Read from the base branch like all repository configuration; the commands
+/// run sandboxed, with only the network named here, and their outputs are cached and
+/// mounted read-only for the agent's commands and for verification.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SetupConfig {
+    /// `false`: no set-up at all (a repository may only turn it off).
+    pub enabled: bool,
+    /// Shell command lines, run in order in a fresh checkout of the base. `None`: detected
+    /// per ecosystem (`git agent doctor` shows what); `[]`: none. `$GIT_AGENT_ENV` is the
+    /// cache directory they may write.
+    pub commands: Option<Vec<String>>,
+    /// Registries (`pypi`, `npm`, `crates`, `go`) or host names set-up may reach through the
+    /// egress proxy. `None`: the detected ecosystems' registries. A repository may only name
+    /// registries, or entries of the user's list when the user set one.
+    pub network: Option<Vec<String>>,
+    /// Files (globs, relative to the project) whose content decides whether a cached set-up
+    /// is reused; the commands themselves always count. With `commands` unset, the detected
+    /// manifests and lockfiles.
+    pub key: Vec<String>,
+    /// Project paths the commands make that the tests need (`node_modules`): kept in the
+    /// cache and mounted read-only into every worktree and clean checkout.
+    pub outputs: Vec<String>,
+    /// Directories put before `PATH` for every later command (`$GIT_AGENT_ENV/venv/bin`).
+    pub path: Vec<String>,
+    /// Variables every later command gets (`$GIT_AGENT_ENV` expands).
+    pub env: BTreeMap<String, String>,
+    /// Time-out of the whole set-up, in minutes.
+    pub timeout_minutes: u32,
+    /// Size cap of the set-up cache, in MiB (user-only); least recently used entries go first.
+    pub cache_mb: u64,
+}
+
+impl Default for SetupConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            commands: None,
+            network: None,
+            key: Vec::new(),
+            outputs: Vec::new(),
+            path: Vec::new(),
+            env: BTreeMap::new(),
+            timeout_minutes: 20,
+            cache_mb: 10 * 1024,
+        }
+    }
+}
+
+impl SetupConfig {
+    /// The hosts the egress proxy admits for `names` (registries expand, hosts stay).
+    pub fn hosts(names: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for n in names {
+            match REGISTRIES.iter().find(|(r, _)| r == n) {
+                Some((_, hosts)) => out.extend(hosts.iter().map(|h| h.to_string())),
+                None => out.push(n.clone()),
+            }
+        }
+        out.dedup();
+        out
+    }
+}
+
 /// Network access of sandboxed commands.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -467,6 +543,8 @@ pub struct Settings {
     pub budget: BudgetConfig,
     /// Verification.
     pub verify: VerifyConfig,
+    /// The project's environment set-up.
+    pub setup: SetupConfig,
     /// Permission policy.
     pub policy: PolicyConfig,
     /// Sandbox (user-only).
@@ -498,6 +576,9 @@ enum RepoRule {
     Narrow,
     /// A list the repository adds to; the entries below stay (deny globs, command rules).
     Append,
+    /// `setup.network`: entries of the user's list when one is set, else registry names
+    /// (`REGISTRIES`) only: a repository cannot open set-up to a host of its choosing.
+    Registries,
     /// Not settable by the repository, for the reason given.
     Forbidden(&'static str),
 }
@@ -535,6 +616,21 @@ const REPO_RULES: &[(&str, RepoRule)] = &[
     ("verify.timeout_minutes", RepoRule::Lower),
     ("verify.reproduce", RepoRule::Stricter),
     ("verify.preexisting", RepoRule::Stricter),
+    // Set-up commands run sandboxed on the base revision, like the tests the repository
+    // also decides; what they may reach and how much disk they keep are the user's.
+    ("setup.enabled", RepoRule::OnlyOff),
+    ("setup.commands", RepoRule::Free),
+    ("setup.key", RepoRule::Free),
+    ("setup.outputs", RepoRule::Free),
+    ("setup.path", RepoRule::Free),
+    ("setup.env", RepoRule::Free),
+    ("setup.env.*", RepoRule::Free),
+    ("setup.timeout_minutes", RepoRule::Lower),
+    ("setup.network", RepoRule::Registries),
+    (
+        "setup.cache_mb",
+        RepoRule::Forbidden("the cache's size is the machine's disk"),
+    ),
     ("policy.allow_paths", RepoRule::Narrow),
     ("policy.deny_paths", RepoRule::Append),
     ("policy.network", RepoRule::Network),
@@ -997,6 +1093,28 @@ fn tighten_repo_layer(
                     )));
                 }
             }
+            RepoRule::Registries => {
+                let allowed: Vec<toml::Value> = match old.and_then(toml::Value::as_array) {
+                    Some(list) => list.clone(),
+                    None => REGISTRIES
+                        .iter()
+                        .map(|(r, _)| toml::Value::String(r.to_string()))
+                        .collect(),
+                };
+                if let Some(extra) = v
+                    .as_array()
+                    .and_then(|new| new.iter().find(|e| !allowed.contains(e)))
+                {
+                    return Err(loosens(format!(
+                        "it adds {extra}; set-up may reach only {} unless your own configuration names more",
+                        allowed
+                            .iter()
+                            .map(|a| a.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
             RepoRule::Append => {
                 let mut list = old
                     .and_then(toml::Value::as_array)
@@ -1271,6 +1389,9 @@ mod tests {
                 "[model_net]\nrequest_timeout_s = 99999.0\n",
                 "model_net.request_timeout_s",
             ),
+            ("[setup]\nnetwork = [\"evil.example\"]\n", "setup.network"),
+            ("[setup]\ncache_mb = 999999\n", "setup.cache_mb"),
+            ("[setup]\ntimeout_minutes = 999\n", "setup.timeout_minutes"),
         ] {
             let err = Config::resolve([user(OPERATOR), repo(text)]).unwrap_err();
             match &err {
@@ -1305,6 +1426,32 @@ mod tests {
         // An empty allow-list may be narrowed to anything.
         let c = Config::resolve([repo("[policy]\nallow_paths = [\"docs/**\"]\n")]).unwrap();
         assert_eq!(c.settings.policy.allow_paths, vec!["docs/**".to_string()]);
+    }
+
+    /// A repository names its set-up commands and the public registries they need; a host
+    /// only when the user's configuration lists it; and it may turn set-up off, not on.
+    #[test]
+    fn repository_set_up_names_registries_not_hosts() {
+        let c = Config::resolve([repo(
+            "[setup]\ncommands = [\"npm ci\"]\nnetwork = [\"npm\"]\noutputs = [\"node_modules\"]\n[setup.env]\nFOO = \"1\"\n",
+        )])
+        .unwrap();
+        assert_eq!(c.settings.setup.network, Some(vec!["npm".to_string()]));
+        assert_eq!(
+            SetupConfig::hosts(&["npm".into(), "git.example".into()]),
+            vec!["registry.npmjs.org".to_string(), "git.example".to_string()]
+        );
+        let mine = user("[setup]\nnetwork = [\"pypi\", \"git.example\"]\n");
+        let c = Config::resolve([mine.clone(), repo("[setup]\nnetwork = [\"git.example\"]\n")]);
+        assert_eq!(
+            c.unwrap().settings.setup.network,
+            Some(vec!["git.example".to_string()])
+        );
+        let err = Config::resolve([mine, repo("[setup]\nnetwork = [\"npm\"]\n")]).unwrap_err();
+        assert!(matches!(err, Error::Loosens { .. }), "{err}");
+        let off = user("[setup]\nenabled = false\n");
+        let err = Config::resolve([off, repo("[setup]\nenabled = true\n")]).unwrap_err();
+        assert!(matches!(err, Error::Loosens { .. }), "{err}");
     }
 
     /// Regression (issue 20): `deny_paths = []` in the repository's file removed the built-in

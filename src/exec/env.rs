@@ -92,9 +92,28 @@ where
     env
 }
 
+/// Put `dirs` before the `PATH` of `env` (a set-up's `venv/bin` comes first).
+pub(crate) fn prepend_path(env: &mut [(String, String)], dirs: &[std::path::PathBuf]) {
+    if dirs.is_empty() {
+        return;
+    }
+    if let Some((_, path)) = env.iter_mut().find(|(k, _)| k == "PATH") {
+        let mut parts: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        parts.push(std::mem::take(path));
+        *path = parts.join(":");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_up_path_comes_first() {
+        let mut env = vec![("PATH".to_string(), "/usr/bin".to_string())];
+        prepend_path(&mut env, &["/cache/venv/bin".into()]);
+        assert_eq!(env[0].1, "/cache/venv/bin:/usr/bin");
+    }
 
     #[test]
     fn cargo_offline_is_honoured_inside() {

@@ -30,6 +30,15 @@ pub enum Error {
         /// The path given.
         path: PathBuf,
     },
+    /// A directory to bind into the worktree cannot be (its source is missing, its path
+    /// leaves the worktree, or its mount point cannot be made).
+    #[error("cannot bind {path} into the worktree: {why}")]
+    ProjectBind {
+        /// The source or destination concerned.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
     /// The command line is empty.
     #[error("empty command")]
     EmptyCommand,

@@ -129,6 +129,7 @@ impl LocalExecutor {
         for sub in ["home", "tmp"] {
             std::fs::create_dir(private.path().join(sub)).map_err(Error::TempDir)?;
         }
+        let opts = mount_points(&worktree, opts)?;
         let abi = sandbox::landlock_abi();
         let limits_copy = opts.limits.clone();
         let mut this = Self {
@@ -521,7 +522,8 @@ impl LocalExecutor {
             ),
         };
         let view_mounts = |view: &View| command_mounts(view, &self.worktree);
-        let mut env_extra = extra_env;
+        let mut env_extra = self.opts.env.clone();
+        env_extra.extend(extra_env);
         if self.opts.network == NetworkMode::Allowlist {
             let url = format!("http://127.0.0.1:{}", sandbox::PROXY_PORT);
             for k in [
@@ -537,7 +539,9 @@ impl LocalExecutor {
         }
         let parent_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-        let env = super::env::sandbox_env(parent_env, &self.opts.pass_env, &home, &tmp, &env_extra);
+        let mut env =
+            super::env::sandbox_env(parent_env, &self.opts.pass_env, &home, &tmp, &env_extra);
+        super::env::prepend_path(&mut env, &self.opts.path_prefix);
         let plain_args = || args.iter().map(OsString::from).collect::<Vec<_>>();
         let mut helper_spec = None;
         let (program, args, (setup, parent)) = match &self.backend {
@@ -979,6 +983,7 @@ pub(super) fn build_view(worktree: &Path, opts: &ExecOptions) -> View {
         worktree,
         writable: &opts.writable,
         bind: &opts.bind,
+        project_binds: &opts.project_binds,
         hide: &opts.hide,
         network: opts.network,
         sizes: view::Sizes {
@@ -988,6 +993,48 @@ pub(super) fn build_view(worktree: &Path, opts: &ExecOptions) -> View {
         },
         env: &env,
     })
+}
+
+/// Make the mount point of each of `opts.project_binds` in `worktree` (an empty directory,
+/// which git does not see), or, without a sandbox, a symbolic link to the source. A
+/// destination that climbs out of the worktree is refused.
+fn mount_points(worktree: &Path, mut opts: ExecOptions) -> Result<ExecOptions> {
+    let mut binds = Vec::new();
+    for (src, rel) in std::mem::take(&mut opts.project_binds) {
+        let escapes = rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)));
+        if escapes || rel.as_os_str().is_empty() {
+            return Err(Error::ProjectBind {
+                path: rel,
+                why: "it must be a plain path inside the worktree".into(),
+            });
+        }
+        let src = std::fs::canonicalize(&src).map_err(|e| Error::ProjectBind {
+            path: src.clone(),
+            why: e.to_string(),
+        })?;
+        let dest = worktree.join(&rel);
+        let made = if opts.sandbox == crate::config::SandboxMode::Off {
+            match std::fs::symlink_metadata(&dest) {
+                Ok(_) => Ok(()),
+                Err(_) => std::os::unix::fs::symlink(&src, &dest),
+            }
+        } else if std::fs::symlink_metadata(&dest).is_ok_and(|m| m.file_type().is_symlink()) {
+            // A link there would carry the mount wherever it points.
+            Err(std::io::Error::other("it is a symbolic link"))
+        } else {
+            std::fs::create_dir_all(&dest)
+        };
+        made.map_err(|e| Error::ProjectBind {
+            path: dest.clone(),
+            why: e.to_string(),
+        })?;
+        binds.push((src, rel));
+    }
+    opts.project_binds = binds;
+    Ok(opts)
 }
 
 /// One command's mounts: the view, and the worktree's `.git` directories read-only.

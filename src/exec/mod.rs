@@ -225,8 +225,17 @@ pub struct ExecOptions {
     /// Extra paths the command may write (e.g. a shared build cache), bound read-write into
     /// its view.
     pub writable: Vec<PathBuf>,
-    /// Extra paths bound read-only into the view (`sandbox.bind`).
+    /// Extra paths bound read-only into the view (`sandbox.bind`, the set-up's cache).
     pub bind: Vec<PathBuf>,
+    /// Directories bound read-only *into the worktree*: `(source, path relative to the
+    /// worktree)`, e.g. the set-up's `node_modules` (issue 19). The mount point is made in
+    /// the worktree when it is missing; without a sandbox it becomes a symbolic link.
+    pub project_binds: Vec<(PathBuf, PathBuf)>,
+    /// Variables every command gets on top of the allow-listed environment (the set-up's
+    /// exports: `VIRTUAL_ENV`, `CARGO_HOME`, …). Secret-looking names are refused.
+    pub env: Vec<(String, String)>,
+    /// Directories put before the `PATH` every command gets (a set-up's `venv/bin`).
+    pub path_prefix: Vec<PathBuf>,
     /// Paths covered with an empty read-only file or directory in the view (`sandbox.hide`;
     /// e.g. the GitHub App key file when it lies under a bound directory).
     pub hide: Vec<PathBuf>,
@@ -248,6 +257,9 @@ impl Default for ExecOptions {
             pass_env: DEFAULT_PASS_ENV.iter().map(|s| s.to_string()).collect(),
             writable: Vec::new(),
             bind: Vec::new(),
+            project_binds: Vec::new(),
+            env: Vec::new(),
+            path_prefix: Vec::new(),
             hide: Vec::new(),
             spawner: true,
         }

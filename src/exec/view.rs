@@ -92,6 +92,8 @@ pub(crate) struct ViewInputs<'a> {
     pub writable: &'a [PathBuf],
     /// Extra read-only paths (`sandbox.bind`).
     pub bind: &'a [PathBuf],
+    /// Read-only directories bound into the worktree (`ExecOptions::project_binds`).
+    pub project_binds: &'a [(PathBuf, PathBuf)],
     /// Extra paths to cover (`sandbox.hide`).
     pub hide: &'a [PathBuf],
     pub network: NetworkMode,
@@ -260,6 +262,18 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
         dest: i.worktree.to_path_buf(),
         rw: true,
     });
+    for (src, rel) in i.project_binds {
+        let dest = i.worktree.join(rel);
+        why.insert(
+            dest.clone(),
+            format!("set-up output, read-only ({})", src.display()),
+        );
+        mounts.push(Mount::Bind {
+            src: src.clone(),
+            dest,
+            rw: false,
+        });
+    }
     for w in i.writable {
         if let Ok(c) = std::fs::canonicalize(w) {
             why.insert(c.clone(), "configured: writable for commands".into());
@@ -413,6 +427,7 @@ mod tests {
             worktree: wt,
             writable: &[],
             bind: &[],
+            project_binds: &[],
             hide: &[],
             network: NetworkMode::Off,
             sizes: Sizes {

@@ -20,6 +20,12 @@ pub enum Error {
         /// The parser's message.
         message: String,
     },
+    /// The `[setup]` configuration cannot be used as it is.
+    #[error("invalid [setup]: {why}")]
+    Setup {
+        /// What is wrong, naming the key.
+        why: String,
+    },
 }
 
 /// Result of this module.

@@ -6,7 +6,8 @@
 //! go test, jest/vitest, node's test runner, mocha, ava, TAP (tape and others), Python's
 //! unittest (and nose2), Maven/Gradle and JUnit XML ([`parse_output`],
 //! [`parse_junit_xml`]), the focused failure summary for the model ([`failure_summary`]) and
-//! the success decision ([`decide`]).
+//! the success decision ([`decide`]), and the environment set-up a project needs before
+//! its tests can run ([`setup_plan`]).
 //!
 //! It must not run anything: the caller runs the command through the sandboxed executor and
 //! hands the result in as data ([`RunResult`]). The decision is a pure function of exit codes
@@ -21,6 +22,7 @@ mod integrity;
 mod junit;
 mod mocha;
 mod parse;
+mod setup;
 mod summary;
 mod unittest;
 
@@ -34,4 +36,7 @@ pub use error::{Error, Result};
 pub use integrity::{is_test_path, test_change};
 pub use junit::parse_junit_xml;
 pub use parse::{Counts, Format, Names, TestReport, parse_output, strip_ansi};
+pub use setup::{
+    ENV_VAR as SETUP_ENV_VAR, Ecosystem, SetupPlan, expand as expand_setup_env, plan as setup_plan,
+};
 pub use summary::failure_summary;

@@ -1,0 +1,809 @@
+//! What a project needs installed before its tests can run (issue 19): the `[setup]`
+//! configuration, or a default detected per ecosystem, as a [`SetupPlan`]. Pure: it reads
+//! the project's files and runs nothing; `run` executes the plan in the sandbox.
+//!
+//! The plan's commands may write one directory, the cache entry (`$GIT_AGENT_ENV`); the
+//! project paths named as outputs (`node_modules`) are kept there too. Every later command
+//! — the agent's and the verification's — sees that entry read-only, with the plan's `PATH`
+//! and variables, so a model cannot plant a shim in what set-up installed.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::detect::{Runner, TestCommand};
+use super::error::{Error, Result};
+use crate::config::SetupConfig;
+
+/// The variable naming the cache entry set-up commands write and later commands read.
+pub const ENV_VAR: &str = "GIT_AGENT_ENV";
+
+/// An ecosystem whose default set-up we know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ecosystem {
+    /// A virtualenv with the project's test dependencies.
+    Python,
+    /// `npm ci` / `pnpm install --frozen-lockfile` / `yarn install --frozen-lockfile`.
+    JavaScript,
+    /// `cargo fetch`, then cargo offline.
+    Rust,
+    /// `go mod download`, then no module proxy.
+    Go,
+}
+
+/// What prepares the project, and what later commands get from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupPlan {
+    /// Shell command lines, run in order in a fresh checkout.
+    pub commands: Vec<String>,
+    /// Registries or hosts the commands may reach.
+    pub network: Vec<String>,
+    /// Files (relative to the project) whose content decides reuse, sorted.
+    pub key_files: Vec<PathBuf>,
+    /// Project paths the commands make, kept and mounted read-only into worktrees.
+    pub outputs: Vec<PathBuf>,
+    /// `PATH` entries for later commands (`$GIT_AGENT_ENV` unexpanded).
+    pub path: Vec<String>,
+    /// Variables for the commands and every later command (`$GIT_AGENT_ENV` unexpanded).
+    pub env: Vec<(String, String)>,
+    /// Variables for later commands only (cargo offline once set-up fetched).
+    pub after_env: Vec<(String, String)>,
+    /// The ecosystems detected (empty when the configuration named the commands).
+    pub ecosystems: Vec<Ecosystem>,
+    /// Why each part is there, a line each (for `doctor` and the report).
+    pub why: Vec<String>,
+    /// The project's top-level Python packages and where they must resolve from (relative
+    /// to the project): the check that the tests import the worktree's code.
+    pub python_packages: Vec<(String, PathBuf)>,
+    /// The toolchain programs the environment is built with, resolved (part of the key:
+    /// another interpreter means another virtualenv).
+    pub toolchains: Vec<PathBuf>,
+}
+
+/// The plan for the project at `root` (a checkout of the base), from `cfg` and what is
+/// found there; `None` when there is nothing to set up. `test` is the test command the run
+/// will use, when known (pytest joins the Python environment when it runs the tests).
+/// `path_var` is the agent's `PATH`, to resolve toolchains for the cache key.
+pub fn plan(
+    root: &Path,
+    cfg: &SetupConfig,
+    test: Option<&TestCommand>,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<Option<SetupPlan>> {
+    if !cfg.enabled || cfg.commands.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(None);
+    }
+    let mut p = SetupPlan {
+        commands: Vec::new(),
+        network: Vec::new(),
+        key_files: Vec::new(),
+        outputs: Vec::new(),
+        path: Vec::new(),
+        env: Vec::new(),
+        after_env: Vec::new(),
+        ecosystems: Vec::new(),
+        why: Vec::new(),
+        python_packages: python_packages(root),
+        toolchains: Vec::new(),
+    };
+    let mut registries = Vec::new();
+    match &cfg.commands {
+        Some(commands) => {
+            p.commands = commands.clone();
+            p.why
+                .push("commands: [setup] commands in the configuration".into());
+            p.key_files = matching(root, &cfg.key)?;
+            for e in detect_ecosystems(root) {
+                registries.push(registry(e).to_string());
+            }
+        }
+        None => {
+            for e in detect_ecosystems(root) {
+                let added = match e {
+                    Ecosystem::Python => python(root, test, &mut p)?,
+                    Ecosystem::JavaScript => javascript(root, &mut p)?,
+                    Ecosystem::Rust => rust(root, &mut p),
+                    Ecosystem::Go => go(root, &mut p),
+                };
+                if added {
+                    p.ecosystems.push(e);
+                    registries.push(registry(e).to_string());
+                }
+            }
+            p.key_files.extend(matching(root, &cfg.key)?);
+        }
+    }
+    p.network = cfg.network.clone().unwrap_or(registries);
+    for o in &cfg.outputs {
+        let o = relative(o).ok_or_else(|| {
+            invalid(format!(
+                "setup.outputs: {o} must be a plain path inside the project"
+            ))
+        })?;
+        if !p.outputs.contains(&o) {
+            p.outputs.push(o);
+        }
+    }
+    p.path.extend(cfg.path.iter().cloned());
+    for (k, v) in &cfg.env {
+        check_name(k)?;
+        p.env.retain(|(n, _)| n != k);
+        p.env.push((k.clone(), v.clone()));
+    }
+    if p.commands.is_empty() {
+        return Ok(None);
+    }
+    p.key_files.sort();
+    p.key_files.dedup();
+    for prog in toolchain_programs(&p) {
+        if let Some(found) = find_program(prog, path_var) {
+            p.toolchains.push(found);
+        }
+    }
+    Ok(Some(p))
+}
+
+impl SetupPlan {
+    /// The cache key: the plan itself (commands, network, outputs, exports, toolchains) and
+    /// the content of every key file. Hex, 20 digits.
+    pub fn key(&self, root: &Path) -> Result<String> {
+        let mut h = Sha256::new();
+        let mut put = |s: &[u8]| {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s);
+        };
+        put(b"git-agent setup v1");
+        for c in &self.commands {
+            put(c.as_bytes());
+        }
+        for n in &self.network {
+            put(n.as_bytes());
+        }
+        for o in &self.outputs {
+            put(o.as_os_str().as_encoded_bytes());
+        }
+        for x in &self.path {
+            put(x.as_bytes());
+        }
+        for (k, v) in self.env.iter().chain(&self.after_env) {
+            put(k.as_bytes());
+            put(v.as_bytes());
+        }
+        for t in &self.toolchains {
+            put(t.as_os_str().as_encoded_bytes());
+        }
+        for f in &self.key_files {
+            put(f.as_os_str().as_encoded_bytes());
+            let path = root.join(f);
+            match std::fs::read(&path) {
+                Ok(bytes) => put(&Sha256::digest(&bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => put(b"absent"),
+                Err(source) => return Err(Error::Read { path, source }),
+            }
+        }
+        Ok(hex::encode(&h.finalize()[..10]))
+    }
+
+    /// Whether `path` (relative to the project) decides this plan's key: a change to it
+    /// means the environment must be set up again.
+    pub fn is_key_file(&self, path: &str) -> bool {
+        self.key_files.iter().any(|f| f == Path::new(path))
+            || [
+                "pyproject.toml",
+                "setup.py",
+                "setup.cfg",
+                "package.json",
+                "package-lock.json",
+                "npm-shrinkwrap.json",
+                "pnpm-lock.yaml",
+                "yarn.lock",
+                "Cargo.toml",
+                "Cargo.lock",
+                "go.mod",
+                "go.sum",
+            ]
+            .contains(&path)
+    }
+}
+
+/// `$GIT_AGENT_ENV` in `value` replaced by `dir`.
+pub fn expand(value: &str, dir: &Path) -> String {
+    value
+        .replace("${GIT_AGENT_ENV}", &dir.display().to_string())
+        .replace("$GIT_AGENT_ENV", &dir.display().to_string())
+}
+
+fn invalid(why: String) -> Error {
+    Error::Setup { why }
+}
+
+/// A plain relative path (no `..`, not absolute, not empty).
+fn relative(p: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(p.trim_end_matches('/'));
+    let plain = !path.as_os_str().is_empty()
+        && path.components().all(|c| matches!(c, Component::Normal(_)));
+    plain.then_some(path)
+}
+
+/// Variables set-up may not set: secrets, the loader's, and what the sandbox decides.
+fn check_name(name: &str) -> Result<()> {
+    let bad = crate::audit::redact::is_secret_name(name)
+        || name.starts_with("LD_")
+        || name.starts_with("GIT_")
+        || ["PATH", "HOME", "TMPDIR", "USER", "SHELL", ENV_VAR].contains(&name)
+        || name.is_empty()
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if bad {
+        return Err(invalid(format!(
+            "setup.env: {name} may not be set (secrets, LD_*, GIT_*, PATH, HOME, TMPDIR and the like are the sandbox's)"
+        )));
+    }
+    Ok(())
+}
+
+fn detect_ecosystems(root: &Path) -> Vec<Ecosystem> {
+    let has = |f: &str| root.join(f).is_file();
+    let mut out = Vec::new();
+    if has("pyproject.toml")
+        || has("setup.py")
+        || has("setup.cfg")
+        || !requirement_files(root).is_empty()
+    {
+        out.push(Ecosystem::Python);
+    }
+    if has("package.json") {
+        out.push(Ecosystem::JavaScript);
+    }
+    if has("Cargo.toml") {
+        out.push(Ecosystem::Rust);
+    }
+    if has("go.mod") {
+        out.push(Ecosystem::Go);
+    }
+    out
+}
+
+fn registry(e: Ecosystem) -> &'static str {
+    match e {
+        Ecosystem::Python => "pypi",
+        Ecosystem::JavaScript => "npm",
+        Ecosystem::Rust => "crates",
+        Ecosystem::Go => "go",
+    }
+}
+
+fn toolchain_programs(p: &SetupPlan) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for e in &p.ecosystems {
+        out.push(match e {
+            Ecosystem::Python => "python3",
+            Ecosystem::JavaScript => "node",
+            Ecosystem::Rust => "cargo",
+            Ecosystem::Go => "go",
+        });
+    }
+    out
+}
+
+fn find_program(name: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    std::env::split_paths(path_var?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+}
+
+/// Requirement files a Python project keeps its (test) dependencies in, relative.
+fn requirement_files(root: &Path) -> Vec<PathBuf> {
+    const NAMES: &[&str] = &[
+        "requirements.txt",
+        "requirements-dev.txt",
+        "requirements_dev.txt",
+        "requirements-test.txt",
+        "requirements_test.txt",
+        "requirements-tests.txt",
+        "requirements_tests.txt",
+        "requirements-testing.txt",
+        "test-requirements.txt",
+        "test_requirements.txt",
+        "dev-requirements.txt",
+        "requirements/test.txt",
+        "requirements/tests.txt",
+        "requirements/testing.txt",
+        "requirements/dev.txt",
+    ];
+    NAMES
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| root.join(p).is_file())
+        .collect()
+}
+
+const TEST_EXTRAS: &[&str] = &["test", "tests", "testing", "dev"];
+
+fn read(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Python: a virtualenv in the cache, the project's dependencies with its test extras and
+/// requirement files, pytest when it runs the tests; the worktree's own code first on the
+/// path, so the tests import what the run changed, never an installed copy.
+fn python(root: &Path, test: Option<&TestCommand>, p: &mut SetupPlan) -> Result<bool> {
+    let pyproject = read(&root.join("pyproject.toml"))?;
+    let doc = pyproject
+        .as_deref()
+        .and_then(|t| t.parse::<toml::Table>().ok());
+    let installable = doc
+        .as_ref()
+        .is_some_and(|d| d.contains_key("project") || d.contains_key("build-system"))
+        || root.join("setup.py").is_file()
+        || read(&root.join("setup.cfg"))?.is_some_and(|t| t.contains("[metadata]"));
+    let mut extras: Vec<String> = Vec::new();
+    if let Some(opt) = doc
+        .as_ref()
+        .and_then(|d| d.get("project"))
+        .and_then(|p| p.get("optional-dependencies"))
+        .and_then(toml::Value::as_table)
+    {
+        extras.extend(
+            opt.keys()
+                .filter(|k| TEST_EXTRAS.contains(&k.as_str()))
+                .cloned(),
+        );
+    }
+    if let Some(cfg) = read(&root.join("setup.cfg"))? {
+        extras.extend(setup_cfg_extras(&cfg));
+    }
+    extras.sort();
+    extras.dedup();
+    let reqs = requirement_files(root);
+    let pytest = test.is_some_and(|t| t.runner == Runner::Pytest);
+    if !installable && reqs.is_empty() && !pytest {
+        return Ok(false);
+    }
+    let venv = format!("${ENV_VAR}/venv");
+    p.commands.push(format!("python3 -m venv \"{venv}\""));
+    let mut install = format!(
+        "\"{venv}/bin/python\" -m pip install --disable-pip-version-check --no-input --quiet"
+    );
+    for r in &reqs {
+        install.push_str(&format!(" -r '{}'", r.display()));
+        p.key_files.push(r.clone());
+    }
+    if installable {
+        if extras.is_empty() {
+            install.push_str(" -e .");
+        } else {
+            install.push_str(&format!(" -e '.[{}]'", extras.join(",")));
+        }
+    }
+    if pytest {
+        install.push_str(" pytest");
+    }
+    p.commands.push(install);
+    for f in ["pyproject.toml", "setup.py", "setup.cfg"] {
+        if root.join(f).is_file() {
+            p.key_files.push(f.into());
+        }
+    }
+    p.path.push(format!("{venv}/bin"));
+    p.env.push(("VIRTUAL_ENV".into(), venv.clone()));
+    // Relative entries are made absolute against the command's directory when Python
+    // starts: the worktree's code, or the clean checkout's, comes first either way.
+    let src = if root.join("src").is_dir()
+        && p.python_packages.iter().any(|(_, d)| d.starts_with("src"))
+    {
+        "src"
+    } else {
+        "."
+    };
+    p.after_env.push(("PYTHONPATH".into(), src.into()));
+    p.why.push(format!(
+        "python: a virtualenv in the cache with {}{}{} (pyproject.toml / setup.py / requirement files); PYTHONPATH={src} so the tests import the worktree's code",
+        if installable {
+            if extras.is_empty() {
+                "the project's dependencies".to_string()
+            } else {
+                format!("the project's dependencies and extras [{}]", extras.join(","))
+            }
+        } else {
+            String::new()
+        },
+        if reqs.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{}requirements from {}",
+                if installable { ", " } else { "" },
+                reqs.iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+        if pytest { ", pytest (it runs the tests)" } else { "" },
+    ));
+    Ok(true)
+}
+
+/// Keys of `[options.extras_require]` in a `setup.cfg` that name test extras.
+fn setup_cfg_extras(text: &str) -> Vec<String> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t == "[options.extras_require]";
+            continue;
+        }
+        if inside
+            && !line.starts_with([' ', '\t'])
+            && let Some((k, _)) = t.split_once(['=', ':'])
+        {
+            let k = k.trim();
+            if TEST_EXTRAS.contains(&k) {
+                out.push(k.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The project's top-level import packages and the directory they must resolve in: each
+/// directory with an `__init__.py` under `src/`, else at the root (test and doc folders
+/// left out).
+fn python_packages(root: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let scan = |dir: &Path, rel: &Path, out: &mut Vec<(String, PathBuf)>| {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let skip = name.starts_with(['.', '_'])
+                || [
+                    "test",
+                    "tests",
+                    "testing",
+                    "docs",
+                    "doc",
+                    "examples",
+                    "scripts",
+                    "benchmarks",
+                    "build",
+                    "dist",
+                    "node_modules",
+                    "venv",
+                ]
+                .contains(&name.as_str())
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !skip && e.path().join("__init__.py").is_file() {
+                out.push((name, rel.to_path_buf()));
+            }
+        }
+    };
+    scan(&root.join("src"), Path::new("src"), &mut out);
+    if out.is_empty() {
+        scan(root, Path::new(""), &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// JavaScript: the package manager its lockfile names installs `node_modules`, kept in
+/// the cache and mounted read-only into the worktree.
+fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
+    let path = root.join("package.json");
+    let Some(text) = read(&path)? else {
+        return Ok(false);
+    };
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::PackageJson {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    let deps = ["dependencies", "devDependencies", "optionalDependencies"]
+        .iter()
+        .any(|k| {
+            doc.get(k)
+                .and_then(|d| d.as_object())
+                .is_some_and(|o| !o.is_empty())
+        });
+    if !deps {
+        return Ok(false);
+    }
+    let has = |f: &str| root.join(f).is_file();
+    let (command, lock) = if has("package-lock.json") {
+        ("npm ci --no-audit --no-fund", Some("package-lock.json"))
+    } else if has("npm-shrinkwrap.json") {
+        ("npm ci --no-audit --no-fund", Some("npm-shrinkwrap.json"))
+    } else if has("pnpm-lock.yaml") {
+        ("pnpm install --frozen-lockfile", Some("pnpm-lock.yaml"))
+    } else if has("yarn.lock") {
+        ("yarn install --frozen-lockfile", Some("yarn.lock"))
+    } else {
+        ("npm install --no-audit --no-fund --no-package-lock", None)
+    };
+    p.commands.push(command.into());
+    p.key_files.push("package.json".into());
+    if let Some(l) = lock {
+        p.key_files.push(l.into());
+    }
+    if has(".npmrc") {
+        p.key_files.push(".npmrc".into());
+    }
+    p.outputs.push("node_modules".into());
+    p.why.push(format!(
+        "javascript: `{command}` ({}); node_modules mounted read-only into the worktree",
+        lock.map_or("no lockfile".to_string(), |l| format!("from {l}"))
+    ));
+    Ok(true)
+}
+
+/// Rust: `cargo fetch` into a cargo home in the cache; later commands run cargo offline
+/// against it (no `Cargo.lock` needed: cargo resolves from the fetched index).
+fn rust(root: &Path, p: &mut SetupPlan) -> bool {
+    p.commands
+        .push("CARGO_NET_OFFLINE=false cargo fetch".into());
+    p.env
+        .push(("CARGO_HOME".into(), format!("${ENV_VAR}/cargo")));
+    p.after_env
+        .push(("CARGO_NET_OFFLINE".into(), "true".into()));
+    for f in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "rust-toolchain",
+        "rust-toolchain.toml",
+    ] {
+        if root.join(f).is_file() {
+            p.key_files.push(f.into());
+        }
+    }
+    if let Ok(members) = matching(root, &["*/Cargo.toml".into(), "*/*/Cargo.toml".into()]) {
+        p.key_files.extend(members);
+    }
+    p.why.push(
+        "rust: `cargo fetch` into a cargo home in the cache; cargo runs offline after it".into(),
+    );
+    true
+}
+
+/// Go: `go mod download` into a module cache in the cache; later commands use no proxy.
+fn go(root: &Path, p: &mut SetupPlan) -> bool {
+    p.commands.push("GOFLAGS=-mod=mod go mod download".into());
+    p.env
+        .push(("GOMODCACHE".into(), format!("${ENV_VAR}/gomod")));
+    p.after_env.push(("GOPROXY".into(), "off".into()));
+    p.after_env.push(("GOFLAGS".into(), "-mod=mod".into()));
+    for f in ["go.mod", "go.sum"] {
+        if root.join(f).is_file() {
+            p.key_files.push(f.into());
+        }
+    }
+    p.why.push(
+        "go: `go mod download` into a module cache in the cache; no module proxy after it".into(),
+    );
+    true
+}
+
+/// Files under `root` matching any of `globs` (relative, `/`-separated), sorted. Ignored
+/// and hidden directories are not walked, and the walk stops four levels down.
+fn matching(root: &Path, globs: &[String]) -> Result<Vec<PathBuf>> {
+    if globs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut b = globset::GlobSetBuilder::new();
+    for g in globs {
+        let glob = globset::GlobBuilder::new(g)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| invalid(format!("setup.key: {g}: {e}")))?;
+        b.add(glob);
+    }
+    let set = b.build().map_err(|e| invalid(format!("setup.key: {e}")))?;
+    let mut out = Vec::new();
+    for e in ignore::WalkBuilder::new(root)
+        .max_depth(Some(4))
+        .build()
+        .flatten()
+    {
+        if !e.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        if let Ok(rel) = e.path().strip_prefix(root)
+            && set.is_match(rel)
+        {
+            out.push(rel.to_path_buf());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, files: &[(&str, &str)]) {
+        for (f, text) in files {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+    }
+
+    fn pytest() -> TestCommand {
+        TestCommand {
+            command: "python3 -m pytest".into(),
+            runner: Runner::Pytest,
+            source: super::super::detect::CommandSource::Flag,
+            script: None,
+        }
+    }
+
+    #[test]
+    fn a_src_layout_project_gets_a_virtualenv_with_its_test_extras() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            &[
+                (
+                    "pyproject.toml",
+                    "[project]\nname = \"calc\"\nversion = \"0\"\n[project.optional-dependencies]\ntest = [\"pytest\"]\ndocs = [\"sphinx\"]\n",
+                ),
+                ("src/calc/__init__.py", ""),
+                ("tests/__init__.py", ""),
+                ("requirements-dev.txt", "pluggy\n"),
+            ],
+        );
+        let p = plan(d.path(), &SetupConfig::default(), Some(&pytest()), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.ecosystems, vec![Ecosystem::Python]);
+        assert_eq!(p.commands[0], "python3 -m venv \"$GIT_AGENT_ENV/venv\"");
+        assert!(
+            p.commands[1].contains("-r 'requirements-dev.txt'"),
+            "{}",
+            p.commands[1]
+        );
+        assert!(p.commands[1].contains("-e '.[test]'"), "{}", p.commands[1]);
+        assert!(p.commands[1].ends_with(" pytest"));
+        assert_eq!(p.network, vec!["pypi".to_string()]);
+        assert_eq!(
+            p.python_packages,
+            vec![("calc".into(), PathBuf::from("src"))]
+        );
+        assert!(p.after_env.contains(&("PYTHONPATH".into(), "src".into())));
+        assert_eq!(
+            p.key_files,
+            vec![
+                PathBuf::from("pyproject.toml"),
+                "requirements-dev.txt".into()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_lockfile_chooses_the_installer_and_node_modules_is_an_output() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            &[
+                (
+                    "package.json",
+                    "{\"devDependencies\": {\"is-number\": \"7.0.0\"}}",
+                ),
+                ("package-lock.json", "{}"),
+            ],
+        );
+        let p = plan(d.path(), &SetupConfig::default(), None, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.commands, vec!["npm ci --no-audit --no-fund".to_string()]);
+        assert_eq!(p.outputs, vec![PathBuf::from("node_modules")]);
+        assert_eq!(p.network, vec!["npm".to_string()]);
+        // A package without dependencies needs nothing.
+        write(
+            d.path(),
+            &[("package.json", "{\"scripts\": {\"test\": \"node t.js\"}}")],
+        );
+        assert!(
+            plan(d.path(), &SetupConfig::default(), None, None)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_key_follows_the_lockfile_and_the_commands() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            &[
+                ("Cargo.toml", "[package]\nname = \"x\"\n"),
+                ("Cargo.lock", "a"),
+            ],
+        );
+        let cfg = SetupConfig::default();
+        let p = plan(d.path(), &cfg, None, None).unwrap().unwrap();
+        assert!(
+            p.after_env
+                .contains(&("CARGO_NET_OFFLINE".into(), "true".into()))
+        );
+        let k1 = p.key(d.path()).unwrap();
+        assert_eq!(k1, p.key(d.path()).unwrap());
+        write(d.path(), &[("Cargo.lock", "b")]);
+        let k2 = p.key(d.path()).unwrap();
+        assert_ne!(k1, k2);
+        assert!(p.is_key_file("Cargo.lock"));
+        assert!(!p.is_key_file("src/lib.rs"));
+        let mut other = p.clone();
+        other.commands.push("make deps".into());
+        assert_ne!(other.key(d.path()).unwrap(), k2);
+    }
+
+    #[test]
+    fn declared_commands_replace_detection_and_bad_settings_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            &[
+                ("package.json", "{\"dependencies\": {\"a\": \"1\"}}"),
+                ("deps.lock", "1"),
+            ],
+        );
+        let cfg = SetupConfig {
+            commands: Some(vec!["./fetch-deps".into()]),
+            key: vec!["*.lock".into()],
+            outputs: vec!["vendor/".into()],
+            ..SetupConfig::default()
+        };
+        let p = plan(d.path(), &cfg, None, None).unwrap().unwrap();
+        assert_eq!(p.commands, vec!["./fetch-deps".to_string()]);
+        assert_eq!(p.key_files, vec![PathBuf::from("deps.lock")]);
+        assert_eq!(p.outputs, vec![PathBuf::from("vendor")]);
+        assert_eq!(p.network, vec!["npm".to_string()]);
+        for bad in [
+            SetupConfig {
+                outputs: vec!["../escape".into()],
+                ..cfg.clone()
+            },
+            SetupConfig {
+                env: [("LD_PRELOAD".to_string(), "/x.so".to_string())].into(),
+                ..cfg.clone()
+            },
+            SetupConfig {
+                env: [("GITHUB_TOKEN".to_string(), "x".to_string())].into(),
+                ..cfg.clone()
+            },
+        ] {
+            assert!(matches!(
+                plan(d.path(), &bad, None, None),
+                Err(Error::Setup { .. })
+            ));
+        }
+        let off = SetupConfig {
+            commands: Some(vec![]),
+            ..SetupConfig::default()
+        };
+        assert!(plan(d.path(), &off, None, None).unwrap().is_none());
+    }
+
+    #[test]
+    fn expand_names_the_cache_entry() {
+        assert_eq!(
+            expand(
+                "$GIT_AGENT_ENV/venv/bin:${GIT_AGENT_ENV}/x",
+                Path::new("/c/k")
+            ),
+            "/c/k/venv/bin:/c/k/x"
+        );
+    }
+}
