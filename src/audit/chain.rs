@@ -105,6 +105,8 @@ pub enum Kind {
     Approval,
     /// A verification (test) run.
     Verify,
+    /// The project's environment set-up.
+    Setup,
     /// A commit.
     Commit,
     /// A push.
@@ -122,6 +124,7 @@ impl Kind {
             Kind::ToolCall => "tool_call",
             Kind::ToolResult => "tool_result",
             Kind::Policy => "policy",
+            Kind::Setup => "setup",
             Kind::Approval => "approval",
             Kind::Verify => "verify",
             Kind::Commit => "commit",

@@ -197,6 +197,7 @@ fn event_line(e: &RunEvent) -> Option<String> {
             format!("    {name} {d}")
         }
         RunEvent::Verified { when, result } => format!("  tests ({when}): {result}"),
+        RunEvent::Setup { result } => format!("  set-up: {result}"),
         RunEvent::Spend { usd } if *usd > 0.0 => format!("    spent ${usd:.2}"),
         RunEvent::Spend { .. } => return None,
     })
@@ -240,7 +241,7 @@ pub(super) fn progress_printer(json: bool) -> anyhow::Result<Progress> {
                     b.println(redactor.redact(&format!("▸ {s}")));
                 }
                 RunEvent::Turn { role, n } => st.turn = format!("turn {n} ({role})"),
-                RunEvent::Tool { .. } => {
+                RunEvent::Tool { .. } | RunEvent::Setup { .. } => {
                     if let Some(line) = event_line(e) {
                         b.println(redactor.redact(&line));
                     }

@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::environment::{self, Prepared};
 use super::error::{Error, Result};
 use super::ledger::Ledger;
 use super::record::{PendingApproval, RunRecord, now};
+use super::report::VerifyLine;
 use super::setup::Workbench;
 use super::state::RunState;
 use super::tools::{HarnessTool, Toolset};
@@ -58,6 +60,11 @@ pub enum RunEvent {
         /// `before`, `attempt N`.
         when: String,
         /// Its one-line result, redacted (it names tests from the project's output).
+        result: Redacted,
+    },
+    /// The project's environment was set up (or found in the cache).
+    Setup {
+        /// One line: cached or how long it took, or why it failed; redacted.
         result: Redacted,
     },
     /// Money spent so far.
@@ -219,6 +226,7 @@ pub(super) fn new_record(
         sandbox: None,
         integrity: None,
         attribution: Default::default(),
+        setup: None,
         fingerprints: Default::default(),
         flaky: Default::default(),
     };
@@ -456,6 +464,9 @@ impl<'a> Active<'a> {
         if let Some(cmd) = &cmd
             && self.led.rec.baseline.is_none()
         {
+            if self.led.rec.setup.is_none() && !self.environment(cmd).await? {
+                return Ok(());
+            }
             let (led, bench) = self.parts()?;
             let mut run = verification::run_tests(led, bench, cmd, Check::Baseline).await?;
             let problem = verify::environment_problem(
@@ -482,6 +493,75 @@ impl<'a> Active<'a> {
             verification::find_flaky(led, bench, cmd).await?;
         }
         Ok(())
+    }
+
+    /// Set the project's environment up before the baseline (issue 19), or find it in the
+    /// cache; the run's commands get it from now on. `false` when the run ended
+    /// `environment_failed` instead: no model turn is spent on an environment it never had.
+    async fn environment(&mut self, cmd: &verify::TestCommand) -> Result<bool> {
+        let base = self.led.svc.repo.resolve(&self.led.rec.base_sha)?;
+        let started = std::time::Instant::now();
+        let prepared =
+            environment::ensure(&mut self.led, base, Some(cmd), "before the baseline").await?;
+        let (led, bench) = self.parts()?;
+        let problem = match prepared {
+            Prepared::Nothing => return Ok(true),
+            Prepared::Ready(setup) => {
+                let run = setup.runs.last().cloned();
+                led.rec.setup = Some(setup);
+                led.save()?;
+                bench.use_environment(led)?;
+                let line = match run {
+                    Some(r) if r.cached => format!("reused from the cache (key {})", r.key),
+                    Some(r) => format!(
+                        "ready in {:.1} s (key {})",
+                        r.duration_ms as f64 / 1000.0,
+                        r.key
+                    ),
+                    None => "ready".into(),
+                };
+                led.progress(RunEvent::Setup {
+                    result: led.svc.redactor.clean(&line),
+                });
+                let setup = led.rec.setup.clone();
+                match &setup {
+                    Some(s) => {
+                        environment::check_python(bench.executor.as_ref(), bench.worktree.path(), s)
+                            .await?
+                            .map(|why| (why, Vec::new()))
+                    }
+                    None => None,
+                }
+                .map(|(why, lines)| (why, lines, Vec::new()))
+            }
+            Prepared::Failed {
+                why,
+                lines,
+                commands,
+            } => Some((why, lines, commands)),
+        };
+        let Some((why, lines, commands)) = problem else {
+            return Ok(true);
+        };
+        let led = &mut self.led;
+        led.progress(RunEvent::Setup {
+            result: led.svc.redactor.clean(&format!("failed: {why}")),
+        });
+        led.rec.verification.push(VerifyLine {
+            when: "set-up".into(),
+            command: commands.join(" && "),
+            exit_code: None,
+            duration_ms: started.elapsed().as_millis() as u64,
+            result: format!("could not set up: {why}"),
+            excerpt: lines.join("\n"),
+        });
+        led.rec.notes.push(format!(
+            "The project's environment could not be set up before any change: {why}. \
+             Declare what the project needs in `[setup]` of `.github/agent.toml` (commands, \
+             network, outputs), or see what was detected with `git agent doctor --run`."
+        ));
+        led.transition(RunState::EnvironmentFailed)?;
+        Ok(false)
     }
 
     fn first_message(&self) -> String {

@@ -96,6 +96,7 @@ impl World {
                     RunEvent::Turn { role, n } => format!("turn {role} {n}"),
                     RunEvent::Tool { name, .. } => format!("tool {name}"),
                     RunEvent::Verified { when, result } => format!("verified {when}: {result}"),
+                    RunEvent::Setup { result } => format!("setup {result}"),
                     RunEvent::Spend { .. } => return,
                 };
                 if let Ok(mut v) = events.lock() {

@@ -34,6 +34,7 @@ mod checkpoint;
 mod context;
 mod deadline;
 pub mod engine;
+mod environment;
 mod error;
 #[cfg(test)]
 mod fixture;

@@ -144,6 +144,80 @@ pub struct RunRecord {
     /// Baseline failures that passed when run again on their own: left out of decisions.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub flaky: std::collections::BTreeSet<String>,
+    /// The project's environment, as set up before the baseline (issue 19): every command
+    /// after it, the verification's included, gets it read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupRecord>,
+}
+
+/// The set-up a run's commands stand on, and each time it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetupRecord {
+    /// The cache key (the plan and its key files' content).
+    pub key: String,
+    /// The cache entry: read-only to every later command.
+    pub dir: PathBuf,
+    /// The commands that made it.
+    pub commands: Vec<String>,
+    /// What set-up could reach.
+    pub network: Vec<String>,
+    /// The files that key it, relative to the project.
+    pub key_files: Vec<PathBuf>,
+    /// Project paths mounted read-only into worktrees from the entry's `outputs/`.
+    pub outputs: Vec<PathBuf>,
+    /// `PATH` entries for later commands, expanded.
+    pub path: Vec<PathBuf>,
+    /// Variables for later commands, expanded.
+    pub env: Vec<(String, String)>,
+    /// The project's Python packages and the directory they must resolve in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_packages: Vec<(String, PathBuf)>,
+    /// Each time set-up was asked for: the first before the baseline, then after a change
+    /// to a manifest or lockfile.
+    pub runs: Vec<SetupRun>,
+}
+
+impl SetupRecord {
+    /// One line for the report: what set it up, from where, and each time it ran.
+    pub fn summary(&self) -> String {
+        let runs: Vec<String> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let how = if r.cached {
+                    "reused from the cache".to_string()
+                } else {
+                    format!("set up in {:.1} s", r.duration_ms as f64 / 1000.0)
+                };
+                format!("{how} ({})", r.reason)
+            })
+            .collect();
+        let commands: Vec<String> = self.commands.iter().map(|c| format!("`{c}`")).collect();
+        let network = if self.network.is_empty() {
+            "no network".to_string()
+        } else {
+            format!("network: {}", self.network.join(", "))
+        };
+        format!(
+            "{} — {network}; key {}; {}; read-only to every later command",
+            commands.join(", "),
+            self.key,
+            runs.join("; then set up again: ")
+        )
+    }
+}
+
+/// One time set-up was asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetupRun {
+    /// Why (`before the baseline`, `Cargo.lock changed`).
+    pub reason: String,
+    /// The key it looked for.
+    pub key: String,
+    /// Reused from the cache: no command ran.
+    pub cached: bool,
+    /// Wall-clock milliseconds, commands and checkout included.
+    pub duration_ms: u64,
 }
 
 impl RunRecord {
@@ -250,6 +324,7 @@ impl RunRecord {
             diffstat,
             verification: self.verification.clone(),
             sandbox: self.sandbox.clone(),
+            environment: self.setup.as_ref().map(SetupRecord::summary),
             integrity: self.integrity.clone(),
             review: self.review.clone(),
             cost: self.usage.clone(),

@@ -141,6 +141,9 @@ pub struct ReportInput {
     /// The sandbox the commands ran in, in one line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// The project's environment set-up, in one line (issue 19).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
     /// The final verification's integrity checks (`None` before one ran, and in records
     /// older than them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -405,6 +408,9 @@ pub fn render(r: &ReportInput) -> String {
     if let Some(sb) = &r.sandbox {
         verify.push_str(&format!("\nSandbox: {}\n", cell(sb)));
     }
+    if let Some(env) = &r.environment {
+        verify.push_str(&format!("\nEnvironment: {}\n", cell(env)));
+    }
 
     let mut review = String::new();
     if let Some(rv) = &r.review {
@@ -589,6 +595,7 @@ mod tests {
                 },
             ],
             sandbox: None,
+            environment: None,
             integrity: (state == "succeeded").then(|| Integrity {
                 clean_tree: Some(
                     "4 passed, 0 failed; the 1 that failed before now passes; none newly failing"

@@ -5,8 +5,9 @@
 //! survives a crash. Preparing the environment the tests need (issue 19) belongs here, after
 //! the worktree and before the tools are handed out.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
+use futures_util::future::BoxFuture;
 use serde_json::json;
 
 use super::deadline::Bounded;
@@ -14,7 +15,9 @@ use super::error::{Error, Result};
 use super::ledger::Ledger;
 use super::tools::RunCommand;
 use crate::audit::chain::Kind;
-use crate::exec::{Executor, LocalExecutor};
+use crate::exec::{
+    BlockedHost, ExecOptions, ExecOutput, ExecRequest, Executor, LocalExecutor, SandboxReport,
+};
 use crate::policy::Policy;
 use crate::tools::{Registry, ToolContext};
 use crate::workspace::{Worktree, WorktreeOptions, WorktreeRequest};
@@ -29,6 +32,8 @@ pub(super) struct Workbench {
     pub(super) registry: Registry,
     /// Every command of the run, tests included, goes through this executor.
     pub(super) executor: Arc<dyn Executor>,
+    /// The same executor, whose environment a new set-up replaces (issue 19).
+    switch: Arc<Switch>,
 }
 
 impl Workbench {
@@ -61,7 +66,7 @@ impl Workbench {
         }
         led.rec.worktree = wt.path().to_path_buf();
         let policy = Arc::new(Policy::from_config(&svc.config)?);
-        let local = Arc::new(LocalExecutor::new(wt.path(), svc.exec_options.clone())?);
+        let local = Arc::new(LocalExecutor::new(wt.path(), exec_options(led))?);
         // What confines the commands, as it is in force (not as asked): the first thing the
         // audit says about them, and a line of the report.
         let sb = local.sandbox();
@@ -70,7 +75,11 @@ impl Workbench {
             led.audit(Kind::Policy, json!({"sandbox_in_force": sb}))?;
             led.rec.sandbox = Some(line);
         }
-        let executor = bounded(svc, local);
+        let switch = Arc::new(Switch {
+            report: local.sandbox().clone(),
+            inner: RwLock::new(bounded(svc, local)),
+        });
+        let executor: Arc<dyn Executor> = switch.clone();
         let ctx = ToolContext::new(wt.path(), policy, led.tool_events())
             .map_err(|e| Error::io("cannot open the worktree", wt.path(), e))?;
         if let Some(plan) = &led.rec.plan {
@@ -88,12 +97,63 @@ impl Workbench {
             ctx,
             registry,
             executor,
+            switch,
         })
+    }
+
+    /// From now on the run's commands get the environment `led.rec.setup` names (a set-up
+    /// that ran, or ran again after a manifest changed).
+    pub(super) fn use_environment(&self, led: &Ledger<'_>) -> Result<()> {
+        let local = Arc::new(LocalExecutor::new(self.worktree.path(), exec_options(led))?);
+        let next = bounded(led.svc, local);
+        if let Ok(mut inner) = self.switch.inner.write() {
+            *inner = next;
+        }
+        Ok(())
+    }
+}
+
+/// The executor options of the run's commands: the front door's, with the run's set-up.
+fn exec_options(led: &Ledger<'_>) -> ExecOptions {
+    super::environment::exec_options(&led.svc.exec_options, led.rec.setup.as_ref())
+}
+
+/// An executor whose inner executor can be replaced while the tools hold it.
+struct Switch {
+    /// The sandbox as first made (a new environment changes binds, not the mechanism).
+    report: SandboxReport,
+    inner: RwLock<Arc<dyn Executor>>,
+}
+
+impl Switch {
+    fn current(&self) -> Arc<dyn Executor> {
+        match self.inner.read() {
+            Ok(e) => e.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+}
+
+impl Executor for Switch {
+    fn run(&self, request: ExecRequest) -> BoxFuture<'_, crate::exec::Result<ExecOutput>> {
+        let inner = self.current();
+        Box::pin(async move { inner.run(request).await })
+    }
+
+    fn sandbox(&self) -> &SandboxReport {
+        &self.report
+    }
+
+    fn blocked_hosts(&self) -> Vec<BlockedHost> {
+        self.current().blocked_hosts()
     }
 }
 
 /// Every command of the run, tests included, ends by the run's deadline.
-fn bounded(svc: &super::engine::Services, local: Arc<LocalExecutor>) -> Arc<dyn Executor> {
+pub(super) fn bounded(
+    svc: &super::engine::Services,
+    local: Arc<LocalExecutor>,
+) -> Arc<dyn Executor> {
     Arc::new(Bounded::new(
         local,
         svc.router.clone(),
@@ -104,13 +164,10 @@ fn bounded(svc: &super::engine::Services, local: Arc<LocalExecutor>) -> Arc<dyn 
 
 /// An executor like the run's, rooted at `dir` (a clean checkout the final verification
 /// runs in): same sandbox, same limits, same deadline.
-pub(super) fn executor_at(
-    svc: &super::engine::Services,
-    dir: &std::path::Path,
-) -> Result<Arc<dyn Executor>> {
+pub(super) fn executor_at(led: &Ledger<'_>, dir: &std::path::Path) -> Result<Arc<dyn Executor>> {
     Ok(bounded(
-        svc,
-        Arc::new(LocalExecutor::new(dir, svc.exec_options.clone())?),
+        led.svc,
+        Arc::new(LocalExecutor::new(dir, exec_options(led))?),
     ))
 }
 

@@ -136,6 +136,9 @@ pub(super) async fn run_tests(
     check: Check,
 ) -> Result<TestRun> {
     attribution::observe(led, &bench.worktree, "a tool or command")?;
+    if !matches!(check, Check::Baseline) {
+        super::environment::refresh(led, bench, cmd).await?;
+    }
     // The changed paths only tell pre-existing failures from related ones: no baseline
     // failure, nothing to tell, no snapshot to write.
     let baseline_failed = led
@@ -616,7 +619,7 @@ async fn run_clean(
 ) -> Result<TestRun> {
     let svc = led.svc;
     let tree = svc.repo.clean_checkout(name, commit)?;
-    let executor = setup::executor_at(svc, tree.path())?;
+    let executor = setup::executor_at(led, tree.path())?;
     let run = run_tests_at(led, executor.as_ref(), tree.path(), cmd, check, changed).await;
     drop(executor);
     if let Err(e) = tree.remove() {

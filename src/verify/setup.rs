@@ -104,7 +104,7 @@ pub fn plan(
                 let added = match e {
                     Ecosystem::Python => python(root, test, &mut p)?,
                     Ecosystem::JavaScript => javascript(root, &mut p)?,
-                    Ecosystem::Rust => rust(root, &mut p),
+                    Ecosystem::Rust => rust(root, &mut p)?,
                     Ecosystem::Go => go(root, &mut p),
                 };
                 if added {
@@ -366,7 +366,9 @@ fn python(root: &Path, test: Option<&TestCommand>, p: &mut SetupPlan) -> Result<
     extras.dedup();
     let reqs = requirement_files(root);
     let pytest = test.is_some_and(|t| t.runner == Runner::Pytest);
-    if !installable && reqs.is_empty() && !pytest {
+    // A project with no packaging metadata and no requirement files declares nothing to
+    // install: its tests run with what the machine has.
+    if !installable && reqs.is_empty() {
         return Ok(false);
     }
     let venv = format!("${ENV_VAR}/venv");
@@ -549,7 +551,27 @@ fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
 
 /// Rust: `cargo fetch` into a cargo home in the cache; later commands run cargo offline
 /// against it (no `Cargo.lock` needed: cargo resolves from the fetched index).
-fn rust(root: &Path, p: &mut SetupPlan) -> bool {
+fn rust(root: &Path, p: &mut SetupPlan) -> Result<bool> {
+    let doc = read(&root.join("Cargo.toml"))?
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .unwrap_or_default();
+    let has_table = |t: Option<&toml::Value>| {
+        t.and_then(toml::Value::as_table)
+            .is_some_and(|t| !t.is_empty())
+    };
+    let deps = ["dependencies", "dev-dependencies", "build-dependencies"]
+        .iter()
+        .any(|k| has_table(doc.get(*k)))
+        || doc
+            .get("workspace")
+            .and_then(|w| w.get("members"))
+            .and_then(toml::Value::as_array)
+            .is_some_and(|m| !m.is_empty())
+        || doc.get("target").is_some();
+    if !deps {
+        // Nothing to fetch: cargo needs no registry for a crate without dependencies.
+        return Ok(false);
+    }
     p.commands
         .push("CARGO_NET_OFFLINE=false cargo fetch".into());
     p.env
@@ -572,7 +594,7 @@ fn rust(root: &Path, p: &mut SetupPlan) -> bool {
     p.why.push(
         "rust: `cargo fetch` into a cargo home in the cache; cargo runs offline after it".into(),
     );
-    true
+    Ok(true)
 }
 
 /// Go: `go mod download` into a module cache in the cache; later commands use no proxy.
@@ -730,6 +752,19 @@ mod tests {
                 ("Cargo.toml", "[package]\nname = \"x\"\n"),
                 ("Cargo.lock", "a"),
             ],
+        );
+        // No dependency, nothing to fetch.
+        assert!(
+            plan(d.path(), &SetupConfig::default(), None, None)
+                .unwrap()
+                .is_none()
+        );
+        write(
+            d.path(),
+            &[(
+                "Cargo.toml",
+                "[package]\nname = \"x\"\n[dependencies]\nitoa = \"1\"\n",
+            )],
         );
         let cfg = SetupConfig::default();
         let p = plan(d.path(), &cfg, None, None).unwrap().unwrap();

@@ -19,6 +19,7 @@ mod serve_e2e;
 mod serve_isolation;
 mod server;
 mod server_limits;
+mod setup;
 mod store;
 mod tools;
 mod verify;
