@@ -46,7 +46,7 @@ fn tune_half(id: &str) -> bool {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h % 2 == 0
+    h.is_multiple_of(2)
 }
 
 #[derive(Default)]

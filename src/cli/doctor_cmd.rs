@@ -48,6 +48,8 @@ pub struct Context {
     pub worktree: PathBuf,
     /// The resolved settings (user file, the repository's file at its base, environment).
     pub settings: Settings,
+    /// The repository's name under the state directory (`None` outside a repository).
+    pub repo_key: Option<String>,
 }
 
 /// One section of the doctor's report.
@@ -64,7 +66,160 @@ pub struct Section {
 }
 
 /// The doctor's checks, in the order they are printed.
-pub const SECTIONS: &[fn(&Context) -> Section] = &[sandbox_section];
+pub const SECTIONS: &[fn(&Context) -> Section] = &[sandbox_section, tests_section, setup_section];
+
+/// The test command a run would use here, and why.
+fn tests_section(ctx: &Context) -> Section {
+    match crate::verify::resolve(&ctx.worktree, None, ctx.settings.verify.test.as_deref()) {
+        Ok(Some(cmd)) => {
+            let from = match &cmd.source {
+                crate::verify::CommandSource::Flag => "--test-cmd".to_string(),
+                crate::verify::CommandSource::Config => "verify.test in the configuration".into(),
+                crate::verify::CommandSource::Detected { marker } => {
+                    format!("detected from {}", marker.display())
+                }
+            };
+            let run = crate::verify::reliable_command(&cmd);
+            Section {
+                name: "tests",
+                ok: true,
+                lines: vec![
+                    format!("command: {} ({from})", cmd.command),
+                    format!("runs as: {}", run.command),
+                ],
+                detail: serde_json::json!({"command": cmd, "runs_as": run.command}),
+            }
+        }
+        Ok(None) => Section {
+            name: "tests",
+            ok: false,
+            lines: vec![
+                "no test command found: set `verify.test` in .github/agent.toml or pass --test-cmd"
+                    .into(),
+            ],
+            detail: serde_json::Value::Null,
+        },
+        Err(e) => Section {
+            name: "tests",
+            ok: false,
+            lines: vec![format!("cannot read the project: {e}")],
+            detail: serde_json::Value::Null,
+        },
+    }
+}
+
+/// The environment set-up a run would do here (issue 19): the commands and why, the
+/// network it may use, the files that key its cache, and whether the cache is warm.
+fn setup_section(ctx: &Context) -> Section {
+    let cfg = &ctx.settings.setup;
+    let test = crate::verify::resolve(&ctx.worktree, None, ctx.settings.verify.test.as_deref())
+        .ok()
+        .flatten();
+    let path_var = std::env::var_os("PATH");
+    let plan = match crate::verify::setup_plan(
+        &ctx.worktree,
+        cfg,
+        test.as_ref(),
+        path_var.as_deref(),
+    ) {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            let why = if !cfg.enabled {
+                "set-up is off (setup.enabled = false)"
+            } else {
+                "nothing to set up: no manifest names dependencies, and [setup] names no commands"
+            };
+            return Section {
+                name: "setup",
+                ok: true,
+                lines: vec![why.into()],
+                detail: serde_json::Value::Null,
+            };
+        }
+        Err(e) => {
+            return Section {
+                name: "setup",
+                ok: false,
+                lines: vec![format!("{e}")],
+                detail: serde_json::Value::Null,
+            };
+        }
+    };
+    let key = plan.key(&ctx.worktree).ok();
+    let entry = match (crate::config::user_state_dir(), &ctx.repo_key, &key) {
+        (Some(state), Some(repo), Some(key)) => Some(state.join("setup").join(repo).join(key)),
+        _ => None,
+    };
+    let warm = entry
+        .as_ref()
+        .is_some_and(|e| e.join("done.json").is_file());
+    let mut lines = vec!["commands (in a fresh checkout of the base, sandboxed):".to_string()];
+    lines.extend(plan.commands.iter().map(|c| format!("  {c}")));
+    lines.extend(plan.why.iter().map(|w| format!("why: {w}")));
+    let hosts = crate::config::SetupConfig::hosts(&plan.network);
+    lines.push(if hosts.is_empty() {
+        "network: none".into()
+    } else {
+        format!(
+            "network: {} ({})",
+            plan.network.join(", "),
+            hosts.join(", ")
+        )
+    });
+    lines.push(format!(
+        "cache key: {} from {}",
+        key.as_deref().unwrap_or("?"),
+        if plan.key_files.is_empty() {
+            "the commands".to_string()
+        } else {
+            format!(
+                "the commands and {}",
+                plan.key_files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    ));
+    if let Some(e) = &entry {
+        lines.push(format!(
+            "cache: {} ({})",
+            e.display(),
+            if warm {
+                "warm: a run reuses it"
+            } else {
+                "cold: the next run sets up"
+            }
+        ));
+    }
+    if !plan.outputs.is_empty() {
+        lines.push(format!(
+            "mounted read-only into the worktree: {}",
+            plan.outputs
+                .iter()
+                .map(|o| o.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !plan.python_packages.is_empty() {
+        lines.push(format!(
+            "python packages that must import from the worktree: {}",
+            plan.python_packages
+                .iter()
+                .map(|(n, d)| format!("{n} ({})", d.join(n).display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Section {
+        name: "setup",
+        ok: true,
+        lines,
+        detail: serde_json::json!({"plan": plan, "key": key, "entry": entry, "warm": warm, "hosts": hosts}),
+    }
+}
 
 /// The context for the repository at `repo` (or the current directory's).
 fn context(repo: Option<&std::path::Path>) -> anyhow::Result<Context> {
@@ -86,6 +241,7 @@ fn context(repo: Option<&std::path::Path>) -> anyhow::Result<Context> {
     Ok(Context {
         worktree,
         settings: cfg.settings,
+        repo_key: opened.as_ref().map(|r| r.key()),
     })
 }
 

@@ -158,12 +158,12 @@ pub fn rate_limit_wait(
     if let Some(secs) = header("retry-after") {
         return Wait::For(Duration::from_secs(secs.max(1)));
     }
-    if header("x-ratelimit-remaining") == Some(0) {
-        if let Some(reset) = header("x-ratelimit-reset") {
-            let now = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            // One second past the reset, so the window has surely turned over.
-            return Wait::For(Duration::from_secs(reset.saturating_sub(now) + 1));
-        }
+    if header("x-ratelimit-remaining") == Some(0)
+        && let Some(reset) = header("x-ratelimit-reset")
+    {
+        let now = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        // One second past the reset, so the window has surely turned over.
+        return Wait::For(Duration::from_secs(reset.saturating_sub(now) + 1));
     }
     let text = String::from_utf8_lossy(body).to_ascii_lowercase();
     if status == 429 || text.contains("secondary rate limit") || text.contains("abuse") {

@@ -206,10 +206,10 @@ impl AnthropicClient {
                 }
             }
         }
-        if let Some(ev) = parser.finish() {
-            if acc.event(&ev.data, ctx, &self.caller)? {
-                return acc.finish(&self.opts.model, &self.caller);
-            }
+        if let Some(ev) = parser.finish()
+            && acc.event(&ev.data, ctx, &self.caller)?
+        {
+            return acc.finish(&self.opts.model, &self.caller);
         }
         if acc.stop_reason.is_some() {
             return acc.finish(&self.opts.model, &self.caller);

@@ -201,10 +201,10 @@ impl OpenAiClient {
                 }
             }
         }
-        if let Some(ev) = parser.finish() {
-            if acc.event(&ev.data, ctx, &self.caller)? {
-                return Ok(acc.finish(req, &self.opts.model));
-            }
+        if let Some(ev) = parser.finish()
+            && acc.event(&ev.data, ctx, &self.caller)?
+        {
+            return Ok(acc.finish(req, &self.opts.model));
         }
         if acc.finish_reason.is_some() {
             // Some servers close the stream after the final chunk without `[DONE]`.
@@ -460,19 +460,19 @@ impl Accumulator {
             self.calls.push(Partial::default());
         }
         let call = &mut self.calls[index];
-        if let Some(id) = id {
-            if call.id.is_empty() {
-                call.id = id.to_string();
-            }
+        if let Some(id) = id
+            && call.id.is_empty()
+        {
+            call.id = id.to_string();
         }
         let f = &tc["function"];
-        if let Some(name) = f["name"].as_str().filter(|s| !s.is_empty()) {
-            if call.name.is_empty() {
-                call.name = name.to_string();
-                ctx.report(Progress::ToolCall {
-                    name: name.to_string(),
-                });
-            }
+        if let Some(name) = f["name"].as_str().filter(|s| !s.is_empty())
+            && call.name.is_empty()
+        {
+            call.name = name.to_string();
+            ctx.report(Progress::ToolCall {
+                name: name.to_string(),
+            });
         }
         match &f["arguments"] {
             Value::String(s) => call.args.push_str(s),

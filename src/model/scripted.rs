@@ -168,14 +168,14 @@ impl ScriptedClient {
             used[i] = true;
             (*lineno, line)
         };
-        if let Some(expect) = &line.expect {
-            if !req.text().contains(expect.as_str()) {
-                return Err(Error::ScriptExpect {
-                    path: self.path.clone(),
-                    line: lineno,
-                    expect: expect.clone(),
-                });
-            }
+        if let Some(expect) = &line.expect
+            && !req.text().contains(expect.as_str())
+        {
+            return Err(Error::ScriptExpect {
+                path: self.path.clone(),
+                line: lineno,
+                expect: expect.clone(),
+            });
         }
         let content = line.content.clone().unwrap_or_default();
         if !content.is_empty() {

@@ -12,6 +12,9 @@
 //!   transcript, and each transition persisted before the run acts on it;
 //! - `setup.rs` — the workbench: worktree, sandboxed executor bound by the run's clock
 //!   (`deadline.rs`), the tool context and registry;
+//! - `environment.rs` — the project's set-up (issue 19): the plan run once per cache key in
+//!   a fresh checkout of the base, kept under the state directory, read-only to every later
+//!   command, set up again when the run changes a manifest;
 //! - `turn.rs` — one model call, and the dispatch of its calls to the registry (approvals
 //!   pause the run there);
 //! - `tools.rs` — the `run` tool (through `tools::authorize_command`, the one command gate),
@@ -26,7 +29,7 @@
 //!
 //! A new verification stage (a clean-tree re-run, held-out tests) is a step in
 //! `verification::final_check`; preparing the project's environment before the baseline
-//! belongs in `setup.rs`; a new phase of the run is a state in `state.rs` and its arm in
+//! belongs in `environment.rs`; a new phase of the run is a state in `state.rs` and its arm in
 //! `engine.rs`'s state machine.
 
 mod attribution;

@@ -2,8 +2,8 @@
 //! clock, and the tools (with their context) that act in that worktree.
 //!
 //! A resumed run reopens its worktree at the last checkpoint, so no half-applied step
-//! survives a crash. Preparing the environment the tests need (issue 19) belongs here, after
-//! the worktree and before the tools are handed out.
+//! survives a crash. The environment the tests need (issue 19) is `environment.rs`'s; the
+//! executor here takes it from the record and switches when it is set up again.
 
 use std::sync::{Arc, RwLock};
 

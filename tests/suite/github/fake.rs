@@ -197,13 +197,13 @@ impl Spec {
                     op.template, schema["type"]
                 ));
             }
-            if let Some(allowed) = schema["enum"].as_array() {
-                if !allowed.iter().any(|a| a.as_str() == Some(value.as_str())) {
-                    bad.push(format!(
-                        "{}: parameter `{name}`={value} not in {allowed:?}",
-                        op.template
-                    ));
-                }
+            if let Some(allowed) = schema["enum"].as_array()
+                && !allowed.iter().any(|a| a.as_str() == Some(value.as_str()))
+            {
+                bad.push(format!(
+                    "{}: parameter `{name}`={value} not in {allowed:?}",
+                    op.template
+                ));
             }
         }
         for q in query.keys() {
@@ -251,10 +251,10 @@ impl Spec {
     pub fn example(&self, op: &Op, status: &str) -> Value {
         let resp = self.resolve(&op.op["responses"][status], 0);
         let content = &resp["content"]["application/json"];
-        if let Some(examples) = content["examples"].as_object() {
-            if let Some((_, first)) = examples.iter().next() {
-                return first["value"].clone();
-            }
+        if let Some(examples) = content["examples"].as_object()
+            && let Some((_, first)) = examples.iter().next()
+        {
+            return first["value"].clone();
         }
         content["example"].clone()
     }
@@ -756,12 +756,13 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
         }
         out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
         i += 1;

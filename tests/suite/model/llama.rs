@@ -96,10 +96,10 @@ async fn start() -> LlamaServer {
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
-        if let Ok(r) = http.get(&health).send().await {
-            if r.status().is_success() {
-                return server;
-            }
+        if let Ok(r) = http.get(&health).send().await
+            && r.status().is_success()
+        {
+            return server;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
