@@ -90,11 +90,12 @@ fn tests_section(ctx: &Context) -> Section {
                 detail: serde_json::json!({"command": cmd, "runs_as": run.command}),
             }
         }
+        // Not a failure of this machine: a run can still work, it only cannot verify.
         Ok(None) => Section {
             name: "tests",
-            ok: false,
+            ok: true,
             lines: vec![
-                "no test command found: set `verify.test` in .github/agent.toml or pass --test-cmd"
+                "no test command found: a run here cannot verify its change; set `verify.test` in .github/agent.toml or pass --test-cmd"
                     .into(),
             ],
             detail: serde_json::Value::Null,

@@ -405,20 +405,25 @@ pub(super) async fn refresh(
     let Ok(Some(plan)) = verify::setup_plan(root, cfg, Some(cmd), path_var.as_deref()) else {
         return Ok(());
     };
+    // What the tool calls and commands changed since the last checkpoint, never what only
+    // the test command wrote (a `Cargo.lock` from `cargo test` is not the run's change).
+    let changed: Vec<String> = led
+        .rec
+        .attribution
+        .iter()
+        .filter(|(_, who)| !who.starts_with(super::attribution::TEST_COMMAND))
+        .map(|(p, _)| p.clone())
+        .filter(|p| plan.is_key_file(p) || current.key_files.iter().any(|k| k == Path::new(p)))
+        .collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
     let Ok(key) = plan.key(root) else {
         return Ok(());
     };
     if key == current.key {
         return Ok(());
     }
-    let changed: Vec<String> = plan
-        .key_files
-        .iter()
-        .chain(&current.key_files)
-        .map(|p| p.display().to_string())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
     let reason = format!(
         "the run changed what keys the set-up ({})",
         changed.join(", ")
