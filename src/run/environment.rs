@@ -108,6 +108,19 @@ async fn ensure_in(
         }
         std::fs::create_dir_all(dir.join("outputs"))
             .map_err(|e| Error::io("cannot create", &dir, e))?;
+        if let Some(o) = plan.outputs.iter().find(|o| root.join(o).exists()) {
+            // An output is what set-up makes; one the checkout already holds would cover the
+            // run's own files with the base's, read-only, in every later command.
+            let _ = std::fs::remove_dir_all(&dir);
+            return Ok(Prepared::Failed {
+                why: format!(
+                    "setup.outputs names {}, which the repository itself holds; name only what set-up makes",
+                    o.display()
+                ),
+                lines: Vec::new(),
+                commands: plan.commands.clone(),
+            });
+        }
         led.audit(
             Kind::Setup,
             json!({"event": "start", "reason": reason, "key": key, "commands": plan.commands, "network": plan.network, "why": plan.why}),

@@ -105,7 +105,8 @@ pub struct TestCommand {
 /// npm's placeholder for "no tests".
 const NPM_PLACEHOLDER: &str = "no test specified";
 
-fn read_opt(path: &Path) -> Result<Option<String>> {
+/// A project file's text, or `None` when it does not exist.
+pub(super) fn read_opt(path: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::detect::{Runner, TestCommand};
+use super::detect::{Runner, TestCommand, read_opt as read};
 use super::error::{Error, Result};
 use crate::config::SetupConfig;
 
@@ -321,17 +321,6 @@ fn requirement_files(root: &Path) -> Vec<PathBuf> {
 }
 
 const TEST_EXTRAS: &[&str] = &["test", "tests", "testing", "dev"];
-
-fn read(path: &Path) -> Result<Option<String>> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::Read {
-            path: path.to_owned(),
-            source,
-        }),
-    }
-}
 
 /// Python: a virtualenv in the cache, the project's dependencies with its test extras and
 /// requirement files, pytest when it runs the tests; the worktree's own code first on the

@@ -192,6 +192,11 @@ fn a_failing_set_up_ends_before_any_model_turn() {
             "[setup]\ncommands = [\"python3 -c \\\"import urllib.request; urllib.request.urlopen('https://example.com/', timeout=20)\\\"\"]\n",
             "example.com",
         ),
+        // An output the repository already holds would hide the run's own files.
+        (
+            "[setup]\ncommands = [\"true\"]\noutputs = [\"src\"]\n",
+            "which the repository itself holds",
+        ),
     ] {
         let f = Fixture::new("python-src");
         std::fs::create_dir_all(f.repo().join(".github")).unwrap();
