@@ -282,32 +282,65 @@ pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
     };
     d.newly_failing = diff(&now.failed, &before.failed);
     d.still_failing = now.failed.intersection(&before.failed).cloned().collect();
+    // A baseline failure that is skipped or xfailed now was not fixed, in every mode: a skip
+    // raised from the code under test is still a test that did not pass (issue 18).
+    let skipped_now: BTreeSet<String> = before.failed.intersection(&now.skipped).cloned().collect();
     if now.names == Names::Full {
-        d.newly_passing = before.failed.intersection(&now.passed).cloned().collect();
+        d.newly_passing = before
+            .failed
+            .intersection(&now.passed)
+            .filter(|n| !skipped_now.contains(*n))
+            .cloned()
+            .collect();
         d.missing = before
             .failed
             .iter()
-            .filter(|n| !now.failed.contains(*n) && !now.passed.contains(*n))
+            .filter(|n| {
+                !now.failed.contains(*n) && (!now.passed.contains(*n) || skipped_now.contains(*n))
+            })
             .cloned()
             .collect();
     } else {
         // Passing tests are not named: a test that failed before and is not failing now is
-        // taken as passing, guarded by the count of tests that ran.
+        // taken as passing, guarded by the counts — more tests must pass than before, by at
+        // least the ones taken as fixed, and no more may be skipped than before. Where the
+        // counts do not show that, every one of them is in doubt.
         d.newly_passing = diff(&before.failed, &now.failed);
+        d.missing = skipped_now.iter().cloned().collect();
+        d.newly_passing.retain(|n| !skipped_now.contains(n));
         d.notes.push(
             "the output names failing tests only; tests that failed before and are not \
              reported failing now are counted as passing"
                 .to_owned(),
         );
-        if now.counts.ran() < before.counts.ran() {
-            d.notes.push(format!(
+        let fixed = d.newly_passing.len() as u64;
+        let doubt = if now.counts.ran() < before.counts.ran() {
+            Some(format!(
                 "fewer tests ran than in the baseline ({} < {}), so a test may have been \
                  removed instead of fixed",
                 now.counts.ran(),
                 before.counts.ran()
-            ));
-            d.missing = d.newly_passing.clone();
-            d.newly_passing.clear();
+            ))
+        } else if now.counts.skipped > before.counts.skipped {
+            Some(format!(
+                "more tests were skipped than in the baseline ({} > {}), so a test may have \
+                 been skipped instead of fixed",
+                now.counts.skipped, before.counts.skipped
+            ))
+        } else if now.counts.passed < before.counts.passed + fixed {
+            Some(format!(
+                "fewer tests passed ({}) than the baseline's {} plus the {fixed} taken as \
+                 fixed, so not every one of them passed",
+                now.counts.passed, before.counts.passed
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = doubt {
+            d.notes.push(why);
+            d.missing.append(&mut d.newly_passing);
+            d.missing.sort();
+            d.missing.dedup();
         }
     }
     if full {
@@ -437,6 +470,40 @@ mod tests {
         assert!(d.success, "{d:?}");
         assert_eq!(d.basis, Basis::FailedNames);
         assert_eq!(d.newly_passing, ["b"]);
+    }
+
+    /// Guards issue 18: a baseline failure that is skipped now is not fixed — named as
+    /// skipped, or (passes unnamed) hidden behind counts that show one more skip.
+    #[test]
+    fn a_skipped_baseline_failure_is_not_fixed_in_any_mode() {
+        let before = obs(1, Some(report(Names::Full, &["a"], &["b"])));
+        let mut skipped = report(Names::Full, &["a"], &[]);
+        skipped.skipped.insert("b".into());
+        skipped.counts.skipped = 1;
+        let d = decide(Some(&before), &obs(0, Some(skipped.clone())));
+        assert!(!d.success && d.missing == ["b"], "{d:?}");
+        // Even if a line also calls it passed.
+        skipped.passed.insert("b".into());
+        let d = decide(Some(&before), &obs(0, Some(skipped)));
+        assert!(!d.success && d.missing == ["b"], "{d:?}");
+
+        let before = obs(1, Some(report(Names::FailedOnly, &["a"], &["b"])));
+        let mut now = report(Names::FailedOnly, &["a", "x"], &[]);
+        now.counts.skipped = 1;
+        // The run count is even inflated (another test added): the skip count still tells.
+        let d = decide(Some(&before), &obs(0, Some(now.clone())));
+        assert!(!d.success && d.missing == ["b"], "{d:?}");
+        // Named as skipped in a failed-names-only report.
+        now.counts.skipped = 0;
+        now.skipped.insert("b".into());
+        let d = decide(Some(&before), &obs(0, Some(now)));
+        assert!(!d.success && d.missing == ["b"], "{d:?}");
+        // The passed count must grow by the ones taken as fixed.
+        let mut now = report(Names::FailedOnly, &["a"], &[]);
+        now.counts.skipped = 0;
+        now.counts.failed = 1; // an unnamed failure (output cut): ran stays 2
+        let d = decide(Some(&before), &obs(0, Some(now)));
+        assert!(!d.success && d.missing == ["b"], "{d:?}");
     }
 
     #[test]

@@ -392,8 +392,10 @@ pub struct Reliable {
 ///
 /// Where a runner can also write a machine-readable report, the choice is per runner:
 /// - Maven and Gradle write JUnit XML anyway; [`read_junit_reports`] reads it.
-/// - pytest gets `-rA`, not `--junitxml`: the report file would land in the worktree, where
-///   a checkpoint could commit it, and `-rA` prints the same node ids.
+/// - pytest gets `-rfEsxXp`, not `--junitxml`: the report file would land in the worktree,
+///   where a checkpoint could commit it, and `-r` prints the same node ids. Not `-rA`: its
+///   `P` adds a `PASSES` section with what every passing test printed, text the code under
+///   test writes (a fake `9 passed` line, issue 18).
 /// - jest and vitest get their verbose reporters, not `--json`, and go gets `-v`, not
 ///   `-json`: the executor keeps the head and tail of a long output and drops the middle,
 ///   which costs a verbose run some names but leaves one JSON document unparseable; and
@@ -431,9 +433,10 @@ pub fn reliable_command(cmd: &TestCommand) -> Reliable {
              binaries are neither passed nor failed and cannot be compared with the baseline",
         ),
         Runner::Pytest if !words.iter().any(|w| w.starts_with("-r")) => add(
-            &["-rA"],
-            "-rA adds a short summary line for every test (PASSED/FAILED/…), so passing tests \
-             are named too; it changes nothing else",
+            &["-rfEsxXp"],
+            "-rfEsxXp adds a short summary line for every test (PASSED/FAILED/…), so passing \
+             tests are named too, without -rA's section of what passing tests printed; it \
+             changes nothing else",
         ),
         Runner::Unittest if !has_word("-v") && !has_word("--verbose") => add(
             &["-v"],
@@ -738,7 +741,7 @@ mod tests {
             [
                 "cargo test --no-fail-fast",
                 "npm test -- --verbose",
-                "python3 -m pytest -rA",
+                "python3 -m pytest -rfEsxXp",
                 "go test ./... -v",
                 "make test"
             ]

@@ -115,6 +115,9 @@ pub(super) struct Acc {
     pub(super) lists_passes: bool,
     /// Whether the format was recognised at all.
     pub(super) seen: bool,
+    /// The output's own structure is doubled (forged by what the tests printed): recognised,
+    /// but no name in it can be trusted.
+    pub(super) forged: bool,
 }
 
 impl Acc {
@@ -168,7 +171,9 @@ impl Acc {
             Some(d) => self.passed.len() as u64 >= d.passed && (self.lists_passes || d.passed == 0),
             None => self.lists_passes,
         };
-        let names = if failed_named && passes_named {
+        let names = if self.forged {
+            Names::None
+        } else if failed_named && passes_named {
             Names::Full
         } else if failed_named {
             Names::FailedOnly
@@ -220,8 +225,9 @@ pub(super) fn re(pattern: &str) -> Regex {
 
 /// Parses a test run's output (stdout and stderr as captured; colours are stripped here).
 ///
-/// Every known format is tried; the report that names the most tests wins, and `hint` (the
-/// runner of the command) breaks ties. `None` when no format is recognised.
+/// Every known format is tried; the report that names the most tests wins. Where `hint` (the
+/// runner of the command) has formats of its own, only those are read; otherwise it breaks
+/// ties. `None` when no format is recognised.
 pub fn parse_output(hint: Option<Runner>, output: &str) -> Option<TestReport> {
     let text = strip_ansi(output);
     let candidates = [
@@ -240,13 +246,16 @@ pub fn parse_output(hint: Option<Runner>, output: &str) -> Option<TestReport> {
         parse_maven(&text),
         parse_gradle(&text),
     ];
-    let hinted = |f: Format| match hint {
-        Some(Runner::Cargo) => f == Format::Cargo,
-        Some(Runner::Pytest) => f == Format::Pytest,
-        Some(Runner::GoTest) => matches!(f, Format::GoTest | Format::GoTestJson),
-        Some(Runner::Maven) => f == Format::Maven,
-        Some(Runner::Gradle) => f == Format::Gradle,
-        Some(Runner::Npm | Runner::Pnpm | Runner::Yarn) => matches!(
+    // The runner's own format, where the command says which runner it is. Any other reading
+    // of its output is text the tests printed: `ok 1 - tests/test_x.py::test_y` printed by
+    // the code under test is TAP to a TAP reader, never a pytest result (issue 18).
+    let own = |f: Format| match hint {
+        Some(Runner::Cargo) => Some(f == Format::Cargo),
+        Some(Runner::Pytest) => Some(f == Format::Pytest),
+        Some(Runner::GoTest) => Some(matches!(f, Format::GoTest | Format::GoTestJson)),
+        Some(Runner::Maven) => Some(f == Format::Maven),
+        Some(Runner::Gradle) => Some(f == Format::Gradle),
+        Some(Runner::Npm | Runner::Pnpm | Runner::Yarn) => Some(matches!(
             f,
             Format::Jest
                 | Format::Vitest
@@ -256,18 +265,22 @@ pub fn parse_output(hint: Option<Runner>, output: &str) -> Option<TestReport> {
                 | Format::Tape
                 | Format::Mocha
                 | Format::Ava
-        ),
-        Some(Runner::Unittest) => f == Format::Unittest,
-        _ => false,
+        )),
+        Some(Runner::Unittest) => Some(f == Format::Unittest),
+        Some(Runner::Make | Runner::Other) | None => None,
     };
-    candidates.into_iter().flatten().max_by_key(|r| {
-        (
-            r.names,
-            r.passed.len() + r.failed.len(),
-            r.counts.ran(),
-            hinted(r.format),
-        )
-    })
+    candidates
+        .into_iter()
+        .flatten()
+        .filter(|r| own(r.format) != Some(false))
+        .max_by_key(|r| {
+            (
+                r.names,
+                r.passed.len() + r.failed.len(),
+                r.counts.ran(),
+                own(r.format) == Some(true),
+            )
+        })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -397,6 +410,31 @@ fn parse_pytest_counts(summary: &str) -> Counts {
     c
 }
 
+/// Where a line of pytest's terminal output stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PytestPart {
+    /// `test session starts` up to the first section: progress and `-v` result lines.
+    Session,
+    /// `FAILURES`/`ERRORS`: each failure's traceback, read for its details only.
+    Details,
+    /// `short test summary info`: one line per reported test (`-r`).
+    Summary,
+    /// Any other section (`PASSES`, `warnings summary`, …): nothing in it is a result.
+    Other,
+    /// After the final counts line: nothing pytest prints.
+    End,
+}
+
+/// Reads pytest's terminal output.
+///
+/// Results are read only where pytest itself writes them: the session's progress and `-v`
+/// lines, the `short test summary info` section and the final counts line. The bodies of the
+/// other sections — tracebacks, the `PASSES` section of `-rA`, warnings, and every
+/// `--- Captured stdout … ---` block — hold what the code under test printed, so a
+/// `PASSED x` or `9 passed in 0.01s` line there is text, not a result. Where the structure
+/// itself is doubled (a second session header, a second summary section, a second final
+/// line outside captured output: what code printing at exit looks like), the output is
+/// taken as forged and names nothing (issue 18).
 fn parse_pytest(text: &str) -> Option<TestReport> {
     let short = re(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) (.+?)(?: - .*)?$");
     let verbose =
@@ -404,52 +442,95 @@ fn parse_pytest(text: &str) -> Option<TestReport> {
     let final_line = re(
         r"^=*\s*((?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)(?:, )?)+)(?: in [\d.]+s.*?)\s*=*$",
     );
-    let section = re(r"^_{3,} (.+?) _{3,}$");
+    let header = re(r"^={3,} (.+?) ={3,}$");
+    let title = re(r"^_{3,} (.+?) _{3,}$");
+    let captured = re(r"^-{3,} Captured .+ -{3,}$");
     let mut acc = Acc::default();
     let mut sections: Vec<(String, String)> = Vec::new();
-    let mut in_sections = false;
+    let mut part = PytestPart::Session;
+    let mut in_captured = false;
+    let (mut sessions, mut summaries) = (0usize, 0usize);
+    let mut finals: Vec<Counts> = Vec::new();
+    let mut captured_final: Option<Counts> = None;
     for l in text.lines() {
-        if l.starts_with("==") && (l.contains(" FAILURES ") || l.contains(" ERRORS ")) {
-            in_sections = true;
-            continue;
-        }
-        if l.starts_with("==") || l.starts_with("--") && l.contains(" generated xml ") {
-            in_sections = false;
-        }
-        if in_sections {
-            if let Some(c) = section.captures(l) {
-                sections.push((c[1].to_owned(), String::new()));
-            } else if let Some((_, body)) = sections.last_mut() {
-                body.push_str(l);
-                body.push('\n');
-            }
-            continue;
-        }
         if let Some(c) = final_line.captures(l) {
-            acc.declare(parse_pytest_counts(&c[1]));
-        } else if let Some(c) = short.captures(l) {
-            let name = c[2].to_owned();
-            match &c[1] {
-                "PASSED" | "XPASS" => {
-                    acc.lists_passes = true;
-                    acc.pass(name);
-                }
-                "FAILED" | "ERROR" => acc.fail(name),
-                // `SKIPPED [1] file:line: reason` names no test.
-                "SKIPPED" if name.starts_with('[') => {}
-                _ => acc.skip(name),
+            let counts = parse_pytest_counts(&c[1]);
+            if in_captured {
+                // Printed by a test, or the real last line after a captured block that no
+                // section closed (`-rN`): only the last such line may be pytest's.
+                captured_final = Some(counts);
+            } else {
+                finals.push(counts);
+                part = PytestPart::End;
             }
-        } else if let Some(c) = verbose.captures(l) {
-            let name = c[1].to_owned();
-            match &c[2] {
-                "PASSED" | "XPASS" => {
-                    acc.lists_passes = true;
-                    acc.pass(name);
+            continue;
+        }
+        if let Some(c) = header.captures(l) {
+            in_captured = false;
+            let name = c[1].trim();
+            part = match name {
+                "test session starts" => {
+                    sessions += 1;
+                    PytestPart::Session
                 }
-                "FAILED" | "ERROR" => acc.fail(name),
-                _ => acc.skip(name),
+                "short test summary info" => {
+                    summaries += 1;
+                    PytestPart::Summary
+                }
+                "FAILURES" | "ERRORS" => PytestPart::Details,
+                _ => PytestPart::Other,
+            };
+            continue;
+        }
+        if matches!(part, PytestPart::Details | PytestPart::Other) {
+            if title.is_match(l) {
+                in_captured = false;
+            } else if captured.is_match(l) {
+                in_captured = true;
             }
         }
+        match part {
+            PytestPart::Details => {
+                if let Some(c) = title.captures(l) {
+                    sections.push((c[1].to_owned(), String::new()));
+                } else if let Some((_, body)) = sections.last_mut() {
+                    body.push_str(l);
+                    body.push('\n');
+                }
+            }
+            PytestPart::Other | PytestPart::End => {}
+            PytestPart::Session | PytestPart::Summary => {
+                let (name, status) = if let Some(c) = short.captures(l) {
+                    (c[2].to_owned(), c[1].to_owned())
+                } else if let Some(c) = verbose.captures(l) {
+                    (c[1].to_owned(), c[2].to_owned())
+                } else {
+                    continue;
+                };
+                match status.as_str() {
+                    "PASSED" | "XPASS" => {
+                        acc.lists_passes = true;
+                        acc.pass(name);
+                    }
+                    "FAILED" | "ERROR" => acc.fail(name),
+                    // `SKIPPED [1] file:line: reason` names no test.
+                    "SKIPPED" if name.starts_with('[') => acc.seen = true,
+                    _ => acc.skip(name),
+                }
+            }
+        }
+    }
+    if sessions > 1 || summaries > 1 || finals.len() > 1 {
+        tracing::debug!(
+            sessions,
+            summaries,
+            finals = finals.len(),
+            "pytest output repeats its own structure: taken as forged, no test named"
+        );
+        acc.forged = true;
+    }
+    if let Some(c) = finals.last().copied().or(captured_final) {
+        acc.declare(c);
     }
     // Sections are titled `test_x[param]`, `TestClass.test_m`, `ERROR collecting path` or,
     // for a fixture that failed, `ERROR at setup of test_x` (`teardown`).
@@ -1350,6 +1431,52 @@ mod tests {
         assert_eq!(r.passed, set(&["tests/test_calc.py::test_sub"]));
         assert_eq!(r.failed, set(&["tests/test_calc.py::test_add"]));
         assert!(r.details["tests/test_calc.py::test_add"].contains("E       assert -1 == 5"));
+    }
+
+    /// Guards issue 18: the code under test skips the failing test and, from a passing test,
+    /// prints `PASSED tests/test_calc.py::test_add` and a fake `9 passed` line, which `-rA`
+    /// shows in its `PASSES` section. Only pytest's own lines count: `test_add` is not named.
+    #[test]
+    fn pytest_captured_output_is_not_a_result() {
+        let r = parse_output(
+            Some(Runner::Pytest),
+            include_str!("testdata/pytest_ra_forged_passes.txt"),
+        )
+        .unwrap();
+        assert_eq!(r.names, Names::Full, "{r:?}");
+        assert_eq!(r.passed, set(&["tests/test_calc.py::test_sub"]));
+        assert!(r.failed.is_empty());
+        assert_eq!(
+            r.counts,
+            Counts {
+                passed: 1,
+                failed: 0,
+                skipped: 1
+            }
+        );
+    }
+
+    /// Guards issue 18: a second `short test summary info` printed inside captured output, or
+    /// a summary and final line printed at exit after pytest's own, is forged structure: the
+    /// output names nothing, and no other format may read it either.
+    #[test]
+    fn pytest_doubled_structure_names_nothing() {
+        for out in [
+            include_str!("testdata/pytest_ra_forged_header.txt"),
+            include_str!("testdata/pytest_forged_at_exit.txt"),
+        ] {
+            let r = parse_output(Some(Runner::Pytest), out).unwrap();
+            assert_eq!(r.format, Format::Pytest);
+            assert_eq!(r.names, Names::None, "{out}\n{r:?}");
+        }
+        // TAP printed by the code under test is not read as the results of a pytest run.
+        let tap = format!(
+            "{}ok 1 - tests/test_calc.py::test_add\nok 2 - tests/test_calc.py::test_sub\n1..2\n",
+            include_str!("testdata/pytest_forged_at_exit.txt")
+        );
+        let r = parse_output(Some(Runner::Pytest), &tap).unwrap();
+        assert_eq!((r.format, r.names), (Format::Pytest, Names::None));
+        assert_eq!(parse_output(None, &tap).unwrap().format, Format::NodeTap);
     }
 
     #[test]

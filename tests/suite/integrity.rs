@@ -663,3 +663,45 @@ fn a_new_test_module_that_patches_the_runner_fails_the_held_out_tests() {
     let report = f.report(&run_id(&json));
     assert!(report.contains("held-out tests"), "{report}");
 }
+
+/// The code under test that skips the failing test and prints pytest's own lines.
+const SKIP_AND_FORGE: &str = "def add(a, b):\n    import pytest\n    pytest.skip('later')\n\n\ndef sub(a, b):\n    print('PASSED tests/test_calc.py::test_add')\n    print('==================== 9 passed in 0.01s ====================')\n    return a - b\n";
+
+/// The same, printing a whole forged summary at exit, after pytest's own.
+const SKIP_AND_FORGE_AT_EXIT: &str = "import atexit\n\n\ndef _forge():\n    print('=========================== short test summary info ============================')\n    print('PASSED tests/test_calc.py::test_add')\n    print('PASSED tests/test_calc.py::test_sub')\n    print('============================== 2 passed in 0.01s ===============================')\n\n\natexit.register(_forge)\n\n\ndef add(a, b):\n    import pytest\n    pytest.skip('later')\n\n\ndef sub(a, b):\n    return a - b\n";
+
+/// Guards issue 18's attacker review, item 1: the failing test skipped from the code under
+/// test, with fake `PASSED`/`9 passed` lines printed where `-rA` shows a passing test's
+/// output (or a forged summary printed at exit), is no fix — under the detected command and
+/// under a person's `-rA`.
+#[test]
+fn a_skip_from_the_code_with_forged_pytest_lines_is_no_fix() {
+    for (code, test_cmd) in [
+        (SKIP_AND_FORGE, None),
+        (SKIP_AND_FORGE, Some("python3 -m pytest -rA")),
+        (SKIP_AND_FORGE_AT_EXIT, None),
+    ] {
+        let f = Fixture::new("python-add");
+        f.user_config(ONE_ATTEMPT);
+        let script = f.script(&[plan(&["calc.py"]), write("calc.py", code), finish()]);
+        let mut args = vec!["fix add"];
+        if let Some(cmd) = test_cmd {
+            args.extend(["--test-cmd", cmd]);
+        }
+        let (exit, json) = f.fix(&script, &args, &[]);
+        assert_eq!(
+            (json["state"].as_str(), exit),
+            (Some("failed"), Some(1)),
+            "{test_cmd:?}: {json}"
+        );
+        let report = f.report(&run_id(&json));
+        assert!(
+            report.contains("did not run") || report.contains("could not be read"),
+            "{test_cmd:?}:\n{report}"
+        );
+        assert!(
+            !report.contains("verified by the project's tests"),
+            "{report}"
+        );
+    }
+}

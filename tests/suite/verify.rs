@@ -178,7 +178,7 @@ fn rust_fixture_fix_and_regression_with_real_cargo() {
 fn python_fixture_fix_and_regression_with_real_pytest() {
     fix_then_regress(
         "python-add",
-        "python3 -m pytest -rA",
+        "python3 -m pytest -rfEsxXp",
         "tests/test_calc.py::test_add",
         (
             "calc.py",
