@@ -458,25 +458,60 @@ pub(super) async fn final_check(
 
     // 4. Held-out tests: the test files exactly as in the base (changed ones put back, added
     //    ones left out: a new test module can patch the runner when it is imported) against
-    //    the new code.
-    let held_out: Vec<String> = changed
-        .iter()
-        .filter(|c| verify::is_test_path(&c.path))
-        .map(|c| c.path.clone())
-        .collect();
-    if held_out.is_empty() {
+    //    the new code. A file that mixes code and its tests (a Rust `#[cfg(test)]` module)
+    //    cannot be put back whole without undoing the fix, so its test code is compared.
+    let baseline_report = led.rec.baseline.as_ref().and_then(|b| b.report.as_ref());
+    let mut held_out: Vec<String> = Vec::new();
+    let mut weakened: Vec<(String, Vec<String>)> = Vec::new();
+    for c in &changed {
+        match test_file(c, baseline_report) {
+            TestFile::No => {}
+            TestFile::Whole => held_out.push(c.path.clone()),
+            TestFile::Mixed(how) if how.is_empty() => {}
+            TestFile::Mixed(how) => weakened.push((c.path.clone(), how)),
+        }
+    }
+    if held_out.is_empty() && weakened.is_empty() {
         integrity.held_out = Some("not needed: no test file was changed".into());
     } else {
-        let commit = svc.repo.overlay(snapshot, base, &held_out)?;
-        let run = run_clean(led, &name, commit, cmd, Check::HeldOut(attempt), &paths).await?;
-        let ok = run.decision.success;
-        integrity.held_out = Some(format!(
-            "{} (test files as in the base: {})",
-            run.line.result,
-            quoted(&held_out)
-        ));
-        let said = run.feedback();
-        led.rec.verification.push(run.line);
+        let mut ok = true;
+        let mut said = String::new();
+        let mut parts = Vec::new();
+        if !held_out.is_empty() {
+            let commit = svc.repo.overlay(snapshot, base, &held_out)?;
+            let run = run_clean(led, &name, commit, cmd, Check::HeldOut(attempt), &paths).await?;
+            ok = run.decision.success;
+            parts.push(format!(
+                "{} (test files as in the base: {})",
+                run.line.result,
+                quoted(&held_out)
+            ));
+            said = run.feedback();
+            led.rec.verification.push(run.line);
+        }
+        if !weakened.is_empty() {
+            ok = false;
+            let listed: Vec<String> = weakened
+                .iter()
+                .map(|(p, how)| format!("`{p}`: {}", how.join(", ")))
+                .collect();
+            parts.push(format!(
+                "the tests inside files that also hold the code changed: {}",
+                listed.join("; ")
+            ));
+            said.push_str(&format!(
+                "\nThe test code inside these files changed: {} (it cannot be put back without \
+                 your change to the code beside it, so a change to an existing test there is \
+                 no fix).",
+                listed.join("; ")
+            ));
+        }
+        integrity.held_out = Some(parts.join("; "));
+        let judged: Vec<String> = held_out
+            .iter()
+            .cloned()
+            .chain(weakened.iter().map(|(p, _)| p.clone()))
+            .collect();
         let on_purpose = led
             .rec
             .plan
@@ -487,7 +522,7 @@ pub(super) async fn final_check(
             // these test files' content.
             let subject = format!(
                 "changed tests that fail in their base versions: {}",
-                held_out
+                judged
                     .iter()
                     .map(|p| {
                         let blob = changed
@@ -537,8 +572,9 @@ pub(super) async fn final_check(
                 "You changed or added test files ({}). With the test files exactly as in the \
                  base revision, run against your code, the tests do not pass: a change to the \
                  tests does not fix the code they test. Fix the code; add new tests in \
-                 addition to the old ones rather than changing them.\n{said}",
-                quoted(&held_out)
+                 addition to the old ones rather than changing them.\n{}",
+                quoted(&judged),
+                said.trim_start()
             )));
         }
     }
@@ -724,6 +760,40 @@ fn new_test_names(baseline: Option<&Observation>, now: &Observation) -> Vec<Stri
         .collect()
 }
 
+/// How a changed file counts for the held-out check.
+#[derive(Debug, PartialEq, Eq)]
+enum TestFile {
+    /// Not a test file.
+    No,
+    /// A test file: its base version is put back whole for the held-out run.
+    Whole,
+    /// A file holding code and its tests (Rust `#[cfg(test)]`/`#[test]` in the base version):
+    /// putting it back would undo the fix, so its test code is compared; how it changed
+    /// (empty: it did not).
+    Mixed(Vec<String>),
+}
+
+/// Whether `c` is a test file: by the runners' naming conventions, because the baseline's
+/// results name a test in it (a `checks.py` a project's `python_files` collects), or, for a
+/// Rust source file, because its base version holds tests.
+fn test_file(c: &ChangedBlob, baseline: Option<&verify::TestReport>) -> TestFile {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if c.path.ends_with(".rs") && !verify::is_test_path(&c.path) && c.status != FileStatus::Added {
+        if let Some(old) = verify::rust_test_code(&text(&c.old)) {
+            let new = (c.status != FileStatus::Deleted)
+                .then(|| verify::rust_test_code(&text(&c.new)).unwrap_or_default());
+            return TestFile::Mixed(verify::test_change(Some(&old), new.as_deref()));
+        }
+    }
+    if verify::is_test_path(&c.path)
+        || baseline.is_some_and(|r| verify::named_by_results(r, &c.path))
+    {
+        TestFile::Whole
+    } else {
+        TestFile::No
+    }
+}
+
 /// The test files and runner configuration the change touched, for the integrity block.
 fn describe_changes(led: &Ledger<'_>, changed: &[ChangedBlob], integrity: &mut Integrity) {
     let test_command = led.rec.test_command.as_deref().unwrap_or("");
@@ -734,14 +804,21 @@ fn describe_changes(led: &Ledger<'_>, changed: &[ChangedBlob], integrity: &mut I
         .iter()
         .filter(|a| a.request.tool == checkpoint::RUNNER_CONFIG)
         .collect();
+    let baseline = led.rec.baseline.as_ref().and_then(|b| b.report.as_ref());
     for c in changed {
         let old = (c.status != FileStatus::Added).then_some(c.old.as_slice());
         let new = (c.status != FileStatus::Deleted).then_some(c.new.as_slice());
-        if verify::is_test_path(&c.path) {
-            integrity.test_files.push(TestFileChange {
+        match test_file(c, baseline) {
+            TestFile::No => {}
+            TestFile::Mixed(how) if how.is_empty() => {}
+            TestFile::Whole => integrity.test_files.push(TestFileChange {
                 path: c.path.clone(),
                 how: verify::test_change(old.map(text).as_deref(), new.map(text).as_deref()),
-            });
+            }),
+            TestFile::Mixed(how) => integrity.test_files.push(TestFileChange {
+                path: c.path.clone(),
+                how,
+            }),
         }
         if let Some(why) = runner_config_change(&c.path, old, new, test_command) {
             let by = approved

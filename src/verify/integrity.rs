@@ -11,9 +11,16 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::parse::{Format, TestReport};
+
 /// Whether `rela` (repository-relative) is a test file by the conventions of the common
-/// runners: a `tests`/`test`/`__tests__`/`spec` directory, or a name like `test_x.py`,
-/// `x_test.py`, `x.test.js`, `x.spec.ts`, `x_test.go`, `XTest.java`, `x_spec.rb`.
+/// runners: a `tests`/`test`/`__tests__`/`spec` directory, test data beside tests
+/// (`testdata`, `fixtures`, `snapshots`, `__snapshots__`, `*.snap`), or a name like
+/// `test_x.py`, `x_test.py`, Django's `tests.py`, `x.test.js`, node's `x-test.js` and
+/// `test-x.js`, `x.spec.ts`, `x_test.go`, `XTest.java`, `x_spec.rb`.
+///
+/// Names alone miss tests: see [`named_by_results`] (a file the baseline's results name) and
+/// [`rust_test_code`] (a Rust source file holding its own tests).
 pub fn is_test_path(rela: &str) -> bool {
     let p = Path::new(rela);
     let name = p
@@ -28,19 +35,197 @@ pub fn is_test_path(rela: &str) -> bool {
         d.components().any(|c| {
             matches!(
                 c.as_os_str().to_str(),
-                Some("tests" | "test" | "__tests__" | "spec" | "testing")
+                Some(
+                    "tests"
+                        | "test"
+                        | "__tests__"
+                        | "spec"
+                        | "testing"
+                        | "testdata"
+                        | "fixtures"
+                        | "snapshots"
+                        | "__snapshots__"
+                )
             )
         })
     });
     let stem = name.split('.').next().unwrap_or("");
+    let js = [".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".jsx", ".tsx"]
+        .iter()
+        .any(|e| name.ends_with(e));
     in_test_dir
         || (name.ends_with(".py")
-            && (stem.starts_with("test_") || stem.ends_with("_test") || stem.ends_with("_tests")))
+            && (stem.starts_with("test_")
+                || stem.ends_with("_test")
+                || stem.ends_with("_tests")
+                || stem == "tests"))
+        || (js && (stem.starts_with("test-") || stem.ends_with("-test")))
         || name.contains(".test.")
         || name.contains(".spec.")
+        || name.ends_with(".snap")
         || name.ends_with("_test.go")
         || name.ends_with("_spec.rb")
         || (name.ends_with(".java") && (stem.ends_with("Test") || stem.ends_with("Tests")))
+}
+
+/// Whether the test results in `report` name a test in the file `rela`: a pytest node id
+/// `rela::…`, a jest/ava `rela › …` or vitest `rela > …` name, a cargo `binary(rela)::…`, a
+/// unittest id `package.module.…` of `rela`. Whatever a project's runner collects from a
+/// file is a test file, whatever its name.
+pub fn named_by_results(report: &TestReport, rela: &str) -> bool {
+    let dotted = rela
+        .strip_suffix(".py")
+        .map(|m| format!("{}.", m.trim_end_matches("/__init__").replace('/', ".")));
+    let names = |n: &String| {
+        [
+            format!("{rela}::"),
+            format!("{rela} › "),
+            format!("{rela} > "),
+        ]
+        .iter()
+        .any(|p| n.starts_with(p.as_str()))
+            || n.contains(&format!("({rela})::"))
+            || (report.format == Format::Unittest
+                && dotted.as_ref().is_some_and(|d| n.starts_with(d.as_str())))
+    };
+    report
+        .passed
+        .iter()
+        .chain(&report.failed)
+        .chain(&report.skipped)
+        .any(names)
+}
+
+static RUST_TEST_ATTR: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"#\[\s*(?:cfg\s*\(\s*test\s*\)|(?:\w+::)*test\b[^\]]*|rstest\b[^\]]*)\]").ok()
+});
+
+/// The test code of a Rust source file: every item under `#[cfg(test)]` or a test attribute
+/// (`#[test]`, `#[tokio::test]`, `#[rstest]`), attribute through closing brace, joined;
+/// `None` when the file holds none. Braces are matched outside comments, strings and
+/// character literals.
+///
+/// A file that mixes code and its tests cannot be put back whole for the held-out run — that
+/// would undo the fix with the tests — so its test code is compared instead (issue 18).
+pub fn rust_test_code(text: &str) -> Option<String> {
+    let re = RUST_TEST_ATTR.as_ref()?;
+    let code = code_mask(text);
+    let mut out = String::new();
+    let mut done = 0usize;
+    for m in re.find_iter(text) {
+        if m.start() < done || !code.get(m.start()).copied().unwrap_or(false) {
+            continue;
+        }
+        let mut depth = 0usize;
+        let mut end = None;
+        for (i, b) in text.bytes().enumerate().skip(m.end()) {
+            if !code[i] {
+                continue;
+            }
+            match b {
+                b'{' => depth += 1,
+                b'}' if depth > 0 => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+                // `#[cfg(test)] use x;` or `mod tests;`: the item ends without a body.
+                b';' if depth == 0 => {
+                    end = Some(i + 1);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let end = end.unwrap_or(text.len());
+        out.push_str(&text[m.start()..end]);
+        out.push('\n');
+        done = end;
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// For each byte of Rust source: whether it is code (not inside a comment, a string or a
+/// character literal).
+fn code_mask(text: &str) -> Vec<bool> {
+    let b = text.as_bytes();
+    let mut mask = vec![true; b.len()];
+    let mut i = 0;
+    let mark = |from: usize, to: usize, mask: &mut Vec<bool>| {
+        for m in mask.iter_mut().take(to.min(b.len())).skip(from) {
+            *m = false;
+        }
+    };
+    while i < b.len() {
+        let rest = &b[i..];
+        let end = if rest.starts_with(b"//") {
+            rest.iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |p| i + p)
+        } else if rest.starts_with(b"/*") {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                if b[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if b[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            j
+        } else if rest.starts_with(b"r#") || rest.starts_with(b"r\"") || rest.starts_with(b"br") {
+            let start = if rest[0] == b'b' { 2 } else { 1 };
+            let hashes = rest[start..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(start + hashes) != Some(&b'"') {
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"')
+                .chain(std::iter::repeat_n(b'#', hashes))
+                .collect();
+            let body = i + start + hashes + 1;
+            b[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(b.len(), |p| body + p + close.len())
+        } else if rest[0] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if rest[0] == b'\'' {
+            // A character literal (`'{'`, `'\''`, `'\u{7b}'`), not a lifetime (`'a`).
+            match rest.get(1) {
+                Some(b'\\') => rest[2..]
+                    .iter()
+                    .skip(1)
+                    .position(|&c| c == b'\'')
+                    .map_or(i + 1, |p| i + 3 + p + 1),
+                Some(_) if rest.get(2) == Some(&b'\'') => i + 3,
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            }
+        } else {
+            i += 1;
+            continue;
+        };
+        let end = end.min(b.len());
+        mark(i, end, &mut mask);
+        i = end.max(i + 1);
+    }
+    mask
 }
 
 static TEST_DEF: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -168,6 +353,15 @@ mod tests {
             "tests/it.rs",
             "calc_test.go",
             "src/test/java/CalcTest.java",
+            // Issue 18's attacker review: names the first list missed.
+            "app/tests.py",
+            "lib/calc-test.js",
+            "test-calc.js",
+            "pkg/testdata/golden.txt",
+            "spec/fixtures/input.json",
+            "src/__snapshots__/calc.test.js.snap",
+            "snapshots/out.txt",
+            "src/calc.snap",
         ] {
             assert!(is_test_path(p), "{p}");
         }
@@ -178,9 +372,77 @@ mod tests {
             "tests/conftest.py",
             "latest.py",
             "contest.js",
+            "latest-news.js",
+            "attest.py",
+            "src/tests_helper.rs",
         ] {
             assert!(!is_test_path(p), "{p}");
         }
+    }
+
+    /// Guards issue 18's attacker review: a file is a test file when the baseline's results
+    /// name a test in it, whatever its name.
+    #[test]
+    fn files_the_results_name_are_test_files() {
+        let report = |format: Format, names: &[&str]| TestReport {
+            format,
+            names: crate::verify::Names::Full,
+            counts: crate::verify::Counts::default(),
+            passed: names.iter().map(|n| (*n).to_owned()).collect(),
+            failed: Default::default(),
+            skipped: Default::default(),
+            details: Default::default(),
+        };
+        let py = report(
+            Format::Pytest,
+            &["checks.py::test_add", "pkg/verify.py::T::test_x[1]"],
+        );
+        assert!(named_by_results(&py, "checks.py"));
+        assert!(named_by_results(&py, "pkg/verify.py"));
+        assert!(!named_by_results(&py, "calc.py"));
+        assert!(!named_by_results(&py, "checks"));
+        let js = report(Format::Jest, &["lib/check.js › calc › adds"]);
+        assert!(named_by_results(&js, "lib/check.js"));
+        let cargo = report(
+            Format::Cargo,
+            &["fixture_add(src/lib.rs)::tests::adds_two_numbers"],
+        );
+        assert!(named_by_results(&cargo, "src/lib.rs"));
+        assert!(!named_by_results(&cargo, "src/other.rs"));
+        let ut = report(Format::Unittest, &["app.checks.CalcTest.test_add"]);
+        assert!(named_by_results(&ut, "app/checks.py"));
+        assert!(!named_by_results(&ut, "app/check.py"));
+    }
+
+    #[test]
+    fn rust_test_code_is_the_items_under_test_attributes() {
+        let src = "pub fn add(a: i64, b: i64) -> i64 {\n    a + b\n}\n\n// #[test] in a comment\nconst S: &str = \"#[test] {\";\nconst C: char = '}';\nfn f<'a>(x: &'a str) -> &'a str { x }\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn adds() {\n        let s = \"}\";\n        assert_eq!(add(2, 3), 5);\n    }\n}\n\n#[tokio::test]\nasync fn later() { assert!(true) }\n";
+        let code = rust_test_code(src).unwrap();
+        assert!(code.starts_with("#[cfg(test)]\nmod tests {"), "{code}");
+        assert!(
+            code.contains("assert_eq!(add(2, 3), 5);\n    }\n}\n"),
+            "{code}"
+        );
+        assert!(
+            code.contains("#[tokio::test]\nasync fn later() { assert!(true) }"),
+            "{code}"
+        );
+        assert!(!code.contains("a + b"), "{code}");
+        assert!(!code.contains("const S"), "{code}");
+        assert_eq!(rust_test_code("pub fn add() {}\n"), None);
+        // The weakened assertion shows in the test code's change.
+        let weak = src.replace(
+            "assert_eq!(add(2, 3), 5)",
+            "assert_eq!(add(2, 3), add(2, 3))",
+        );
+        let how = test_change(
+            rust_test_code(src).as_deref(),
+            rust_test_code(&weak).as_deref(),
+        );
+        assert_eq!(how, ["1 assertion(s) removed or changed"]);
+        // A fix in the code beside the tests changes no test code.
+        let fixed = src.replace("a + b", "a - b");
+        assert_eq!(rust_test_code(src), rust_test_code(&fixed));
     }
 
     #[test]

@@ -705,3 +705,83 @@ fn a_skip_from_the_code_with_forged_pytest_lines_is_no_fix() {
         );
     }
 }
+
+/// Guards issue 18's attacker review, item 2: the failing test lives in a `#[cfg(test)]`
+/// module beside the code in `src/lib.rs`, which no naming convention calls a test file. A
+/// weakened assertion there is a changed test (putting the whole file back would undo any fix
+/// with it, so its test code is compared): no fix.
+#[test]
+fn a_weakened_assertion_in_a_rust_test_module_is_no_fix() {
+    let f = Fixture::new("rust-add");
+    f.user_config(ONE_ATTEMPT);
+    let script = f.script(&[
+        plan(&["src/lib.rs"]),
+        edit(
+            "src/lib.rs",
+            "assert_eq!(add(2, 3), 5);",
+            "assert_eq!(add(2, 3), add(2, 3));",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("failed"), Some(1)),
+        "{json}"
+    );
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("`src/lib.rs`: 1 assertion(s) removed or changed"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("verified by the project's tests"),
+        "{report}"
+    );
+}
+
+/// Guards issue 18's attacker review, item 2: a project whose pytest collects `checks.py`
+/// (`python_files`); the baseline's results name it, so a weakened assertion there is held
+/// out like any test file's.
+#[test]
+fn a_weakened_assertion_in_a_file_the_baseline_names_fails_the_held_out_tests() {
+    let f = Fixture::new("python-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    git(&repo, &["mv", "tests/test_calc.py", "checks.py"]);
+    let pyproject = std::fs::read_to_string(repo.join("pyproject.toml"))
+        .unwrap()
+        .replace("testpaths = [\"tests\"]", "python_files = [\"checks.py\"]");
+    std::fs::write(repo.join("pyproject.toml"), pyproject).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qm",
+            "checks",
+        ],
+    );
+    let script = f.script(&[
+        plan(&["checks.py"]),
+        edit(
+            "checks.py",
+            "assert add(2, 3) == 5",
+            "assert add(2, 3) == add(2, 3)",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("failed"), Some(1)),
+        "{json}"
+    );
+    let report = f.report(&run_id(&json));
+    assert!(report.contains("| attempt 1, held-out tests |"), "{report}");
+    assert!(report.contains("`checks.py`"), "{report}");
+}
