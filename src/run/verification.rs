@@ -224,9 +224,13 @@ async fn run_tests_at(
         let allow = svc.config.settings.verify.preexisting == Preexisting::Allow;
         let goal = led.rec.task.goal.clone();
         let fixed = decision.newly_passing.clone();
-        verify::excuse(&mut decision, &obs, &led.rec.flaky, |name| {
-            allow && unrelated(name, &goal, &fixed, changed, root)
-        });
+        verify::excuse(
+            &mut decision,
+            &obs,
+            &led.rec.flaky,
+            |name| allow && unrelated(name, &goal, &fixed, changed, root),
+            |name| requested(name, &goal),
+        );
     }
     let result = match check {
         // Nothing to compare the baseline with: it says what fails already.
@@ -697,6 +701,57 @@ fn unrelated(name: &str, goal: &str, fixed: &[String], changed: &[String], root:
         .any(|p| imports_module(&text, p))
 }
 
+/// Whether the request `goal` names the test `name`: the whole name, its file, its function
+/// (parameters left off), or a word of them (`add` of `tests/test_calc.py::test_add`, `env`
+/// of `tests/test_env.py`); words are split at `_`, `-`, `.`, `/`, case changes and digits,
+/// and the runner's own words (`test`, `spec`, `src`, …) and words under three letters do
+/// not count. Generous on purpose: a test the request may be about is never excused.
+fn requested(name: &str, goal: &str) -> bool {
+    let goal_l = goal.to_lowercase();
+    let plain = name.split('[').next().unwrap_or(name);
+    let file = plain.split("::").next().unwrap_or(plain);
+    let file = file.split([' ', '(']).next().unwrap_or(file);
+    let func = plain.rsplit("::").next().unwrap_or(plain);
+    if [plain, file, func]
+        .iter()
+        .any(|s| s.len() >= 3 && goal_l.contains(&s.to_lowercase()))
+    {
+        return true;
+    }
+    let goal_words: std::collections::BTreeSet<String> = words(goal).collect();
+    words(plain).any(|w| {
+        goal_words.contains(&w)
+            || goal_words.contains(&format!("{w}s"))
+            || w.strip_suffix('s').is_some_and(|s| goal_words.contains(s))
+    })
+}
+
+/// The lower-cased words of an identifier or a text, runner words and short ones left out.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    const RUNNER_WORDS: [&str; 16] = [
+        "test", "tests", "spec", "specs", "src", "lib", "should", "the", "and", "for", "with",
+        "when", "py", "js", "ts", "rs",
+    ];
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for ch in text.chars() {
+        if !ch.is_alphabetic() {
+            out.push(std::mem::take(&mut cur));
+            prev_lower = false;
+            continue;
+        }
+        if ch.is_uppercase() && prev_lower {
+            out.push(std::mem::take(&mut cur));
+        }
+        prev_lower = ch.is_lowercase();
+        cur.extend(ch.to_lowercase());
+    }
+    out.push(cur);
+    out.into_iter()
+        .filter(|w| w.chars().count() >= 3 && !RUNNER_WORDS.contains(&w.as_str()))
+}
+
 /// Whether Python source `text` imports the module at repository path `path` (`src/` layouts
 /// and relative imports included), as written.
 fn imports_module(text: &str, path: &str) -> bool {
@@ -858,6 +913,26 @@ mod tests {
     use super::super::fixture::World;
     use super::super::state::RunState;
     use super::*;
+
+    #[test]
+    fn requested_tests_by_name_file_or_word() {
+        let add = "tests/test_calc.py::test_add";
+        assert!(requested(add, "fix add"));
+        assert!(requested(add, "Adding numbers: add(2, 3) returns -1"));
+        assert!(requested(add, "see tests/test_calc.py"));
+        assert!(requested(
+            "calc.test.js › calc › adds two numbers",
+            "fix add"
+        ));
+        assert!(requested(
+            "fixture(src/lib.rs)::tests::addsTwoNumbers",
+            "fix add"
+        ));
+        let env = "tests/test_env.py::test_runs_on_python_two";
+        assert!(!requested(env, "fix add"));
+        assert!(!requested(env, "fix the test that fails"));
+        assert!(requested(env, "this should run on Python 2"));
+    }
 
     #[test]
     fn checks_keep_the_names_the_report_and_old_records_use() {

@@ -88,9 +88,13 @@ pub struct Decision {
     /// (`verify.preexisting = "allow"`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preexisting: Vec<String>,
-    /// Failed in the baseline but passed when run again on their own: left out.
+    /// Failed in the baseline but passed when the baseline ran again: left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flaky: Vec<String>,
+    /// Why still-failing tests were not excused as pre-existing although the run fixed
+    /// others (the request names them, or they may be what was asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_excused: Option<String>,
 }
 
 impl Decision {
@@ -121,6 +125,9 @@ impl Decision {
         if !self.flaky.is_empty() {
             parts.push(format!("{} flaky left out", self.flaky.len()));
         }
+        if let Some(why) = &self.not_excused {
+            parts.push(why.clone());
+        }
         if !self.missing.is_empty() {
             parts.push(format!("{} failing before did not run", self.missing.len()));
         }
@@ -142,15 +149,22 @@ impl Decision {
     }
 }
 
-/// Take `flaky` tests (failed in the baseline, passed on their own) out of the decision, and
-/// let the still-failing tests for which `unrelated` says so stand as pre-existing — but only
-/// when the run fixed at least one baseline failure and nothing newly fails, names compare
-/// in full, and every test that fails now is accounted for. When in doubt it blocks.
+/// Take `flaky` tests (failed in the baseline, passed in a full rerun) out of the decision,
+/// and let the still-failing tests for which `unrelated` says so stand as pre-existing — but
+/// only when the run fixed at least one baseline failure and nothing newly fails, names
+/// compare in full, and every test that fails now is accounted for. When in doubt it blocks.
+///
+/// `requested` says whether the request names a test (its name, function or file, or a word
+/// of them). A requested test is never excused; where the request names any baseline
+/// failure, one of those must be among the fixed; where it names none, the fixed must
+/// outnumber the excused, so the excuse never covers the run's main failure (issue 18: a
+/// model fixing another baseline failure instead of the one it was asked about).
 pub fn excuse(
     d: &mut Decision,
     now: &Observation,
     flaky: &BTreeSet<String>,
     unrelated: impl Fn(&str) -> bool,
+    requested: impl Fn(&str) -> bool,
 ) {
     if d.basis == Basis::ExitCode || d.unreadable {
         return;
@@ -168,9 +182,55 @@ pub fn excuse(
     left_out.dedup();
     d.flaky = left_out;
     if !d.newly_passing.is_empty() && d.newly_failing.is_empty() && d.missing.is_empty() {
-        let mut pre = Vec::new();
-        take(&mut d.still_failing, &mut pre, &|n| !unrelated(n));
-        d.preexisting = pre;
+        let asked: Vec<&String> = d.still_failing.iter().filter(|n| requested(n)).collect();
+        if !asked.is_empty() {
+            let named = asked
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            d.notes.push(format!(
+                "the request names {named}, which failed before the change and still fails: \
+                 never excused as pre-existing"
+            ));
+            d.not_excused = Some(format!(
+                "the request names {named}: still failing, not excused"
+            ));
+        }
+        let candidates: Vec<String> = d
+            .still_failing
+            .iter()
+            .filter(|n| !requested(n) && unrelated(n))
+            .cloned()
+            .collect();
+        let names_any = asked.is_empty() && d.newly_passing.iter().any(|n| requested(n));
+        let allowed = if !asked.is_empty() {
+            false
+        } else if names_any {
+            true
+        } else {
+            d.newly_passing.len() > candidates.len()
+        };
+        if allowed {
+            let mut pre = Vec::new();
+            take(&mut d.still_failing, &mut pre, &|n| {
+                !candidates.iter().any(|c| c == n)
+            });
+            d.preexisting = pre;
+        } else if asked.is_empty() && !candidates.is_empty() {
+            d.not_excused = Some(
+                "not excused as pre-existing: the request names none of the tests that \
+                 failed before, and no more were fixed than are left"
+                    .to_owned(),
+            );
+            d.notes.push(format!(
+                "the request names none of the tests that failed before, and the run fixed \
+                 {} while {} still fail: the failures left are not excused as pre-existing \
+                 when they may be what was asked for",
+                d.newly_passing.len(),
+                candidates.len()
+            ));
+        }
     }
     if !d.preexisting.is_empty() {
         d.notes.push(format!(
@@ -217,6 +277,7 @@ pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
         unreadable: false,
         preexisting: Vec::new(),
         flaky: Vec::new(),
+        not_excused: None,
     };
     let exit_ok = after.exit_code == Some(0);
     match after.exit_code {
@@ -578,7 +639,13 @@ mod tests {
         let flaky: BTreeSet<String> = ["wobbly".to_string()].into();
         let mut d = decide(Some(&before), &after);
         assert!(!d.success);
-        excuse(&mut d, &after, &flaky, |n| n == "py_version");
+        excuse(
+            &mut d,
+            &after,
+            &flaky,
+            |n| n == "py_version",
+            |n| n == "fix",
+        );
         assert!(d.success, "{d:?}");
         assert_eq!(d.preexisting, ["py_version"]);
         assert_eq!(d.flaky, ["wobbly"]);
@@ -589,19 +656,49 @@ mod tests {
         );
         // Related (or in doubt): it blocks.
         let mut d = decide(Some(&before), &after);
-        excuse(&mut d, &after, &flaky, |_| false);
+        excuse(&mut d, &after, &flaky, |_| false, |n| n == "fix");
         assert!(!d.success);
         assert_eq!(d.still_failing, ["py_version"]);
         // Nothing fixed: nothing excused.
         let nothing = obs(1, Some(report(Names::Full, &["a"], &["fix", "py_version"])));
         let mut d = decide(Some(&before), &nothing);
-        excuse(&mut d, &nothing, &BTreeSet::new(), |_| true);
+        excuse(&mut d, &nothing, &BTreeSet::new(), |_| true, |_| false);
         assert!(!d.success && d.preexisting.is_empty());
         // A newly failing test always fails the run.
         let broke = obs(1, Some(report(Names::Full, &["fix"], &["py_version", "a"])));
         let mut d = decide(Some(&before), &broke);
-        excuse(&mut d, &broke, &BTreeSet::new(), |_| true);
+        excuse(&mut d, &broke, &BTreeSet::new(), |_| true, |_| false);
         assert!(!d.success);
+    }
+
+    /// Guards issue 18's attacker review, item 3: the model fixes another baseline failure
+    /// instead of the one the request is about; that one is never excused, and where the
+    /// request names none, the excuse never covers as many failures as were fixed.
+    #[test]
+    fn the_requested_failure_is_never_excused() {
+        let before = obs(1, Some(report(Names::Full, &["a"], &["fix", "other"])));
+        let after = obs(1, Some(report(Names::Full, &["a", "other"], &["fix"])));
+        let mut d = decide(Some(&before), &after);
+        excuse(&mut d, &after, &BTreeSet::new(), |_| true, |n| n == "fix");
+        assert!(!d.success, "{d:?}");
+        assert!(d.preexisting.is_empty());
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("the request names `fix`")),
+            "{d:?}"
+        );
+        // The request names none of them: one fixed does not excuse one left.
+        let mut d = decide(Some(&before), &after);
+        excuse(&mut d, &after, &BTreeSet::new(), |_| true, |_| false);
+        assert!(!d.success && d.preexisting.is_empty(), "{d:?}");
+        assert!(d.notes.iter().any(|n| n.contains("names none")), "{d:?}");
+        // Two fixed, one left that is unrelated: excused.
+        let before = obs(1, Some(report(Names::Full, &["a"], &["x", "y", "z"])));
+        let after = obs(1, Some(report(Names::Full, &["a", "x", "y"], &["z"])));
+        let mut d = decide(Some(&before), &after);
+        excuse(&mut d, &after, &BTreeSet::new(), |_| true, |_| false);
+        assert!(d.success && d.preexisting == ["z"], "{d:?}");
     }
 
     #[test]

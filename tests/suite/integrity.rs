@@ -785,3 +785,50 @@ fn a_weakened_assertion_in_a_file_the_baseline_names_fails_the_held_out_tests() 
     assert!(report.contains("| attempt 1, held-out tests |"), "{report}");
     assert!(report.contains("`checks.py`"), "{report}");
 }
+
+/// Guards issue 18's attacker review, item 3: asked to fix `add`, the model fixes another
+/// baseline failure (`mul`, in a module `add`'s tests do not import) and leaves `test_add`
+/// failing. Under `verify.preexisting = "allow"` (the default) the requested test is never
+/// excused as pre-existing: the run fails, and the report says why.
+#[test]
+fn fixing_another_failure_instead_of_the_requested_one_fails() {
+    let f = Fixture::new("python-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    std::fs::write(repo.join("mathx.py"), "def mul(a, b):\n    return a + b\n").unwrap();
+    std::fs::write(
+        repo.join("tests/test_mathx.py"),
+        "from mathx import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qm",
+            "mathx",
+        ],
+    );
+    let script = f.script(&[
+        plan(&["mathx.py"]),
+        edit("mathx.py", "return a + b", "return a * b"),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("failed"), Some(1)),
+        "{json}"
+    );
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("the request names `tests/test_calc.py::test_add`"),
+        "{report}"
+    );
+    assert!(!report.contains("Pre-existing failures"), "{report}");
+}
