@@ -36,6 +36,8 @@ const FAILURE_SUMMARY_BYTES: usize = 6 * 1024;
 pub(super) enum Check {
     /// The baseline, before any edit: what fails already.
     Baseline,
+    /// The baseline's command once more, before any edit: which failures are flaky.
+    Rerun,
     /// The model asked (`run_tests`); the number is the run's count of test runs so far.
     OnRequest(usize),
     /// The final verification after `finish`, by fix attempt (from 1).
@@ -52,6 +54,7 @@ impl std::fmt::Display for Check {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Check::Baseline => f.write_str("before"),
+            Check::Rerun => f.write_str("before, again (flaky check)"),
             Check::OnRequest(n) => write!(f, "run_tests {n}"),
             Check::Attempt(n) => write!(f, "attempt {n}"),
             Check::Clean(n) => write!(f, "attempt {n}, clean checkout"),
@@ -148,7 +151,7 @@ pub(super) async fn run_tests(
         .and_then(|b| b.report.as_ref())
         .is_some_and(|r| !r.failed.is_empty());
     let changed = match check {
-        Check::Baseline => Vec::new(),
+        Check::Baseline | Check::Rerun => Vec::new(),
         _ if !baseline_failed => Vec::new(),
         _ => {
             let base = led.svc.repo.resolve(&led.rec.base_sha)?;
@@ -220,7 +223,7 @@ async fn run_tests_at(
         &junit,
     );
     let mut decision = verify::decide(led.rec.baseline.as_ref(), &obs);
-    if !matches!(check, Check::Baseline | Check::OnBase(_)) {
+    if !matches!(check, Check::Baseline | Check::Rerun | Check::OnBase(_)) {
         let allow = svc.config.settings.verify.preexisting == Preexisting::Allow;
         let goal = led.rec.task.goal.clone();
         let fixed = decision.newly_passing.clone();
@@ -234,7 +237,7 @@ async fn run_tests_at(
     }
     let result = match check {
         // Nothing to compare the baseline with: it says what fails already.
-        Check::Baseline => baseline_result(&obs, exit_code),
+        Check::Baseline | Check::Rerun => baseline_result(&obs, exit_code),
         Check::OnRequest(_) | Check::Attempt(_) | Check::Clean(_) | Check::HeldOut(_) => {
             decision.headline(&obs)
         }
@@ -275,64 +278,71 @@ async fn run_tests_at(
     })
 }
 
-/// Most baseline failures run again on their own to find flaky ones.
-const MAX_FLAKY_RERUNS: usize = 5;
-
-/// Run each failing test of the baseline once more on its own (pytest node ids; other
-/// runners have no portable way to run one test, so nothing is rerun for them). One that
-/// passes then is flaky: named in the report and left out of every decision (issue 19).
+/// Run the whole baseline command once more, the same invocation in the same order, to find
+/// flaky baseline failures (issue 19). A test is flaky only if it failed in the baseline and
+/// passes, by name, in that full rerun: a test that fails only after another one ran (order
+/// or shared state) fails again there, where a rerun of it alone would pass (issue 18's
+/// attacker review). Flaky tests are named in the report and left out of every decision —
+/// except the run's only baseline failure, a test the request names, or every baseline
+/// failure at once: a failure that does not come back may still be the one the run is for.
 pub(super) async fn find_flaky(
     led: &mut Ledger<'_>,
     bench: &Workbench,
     cmd: &TestCommand,
 ) -> Result<()> {
-    if cmd.runner != verify::Runner::Pytest {
-        return Ok(());
-    }
     let Some(failed) = led
         .rec
         .baseline
         .as_ref()
         .and_then(|b| b.report.as_ref())
+        .filter(|r| r.names >= verify::Names::FailedOnly)
         .map(|r| r.failed.clone())
     else {
         return Ok(());
     };
-    let timeout =
-        Duration::from_secs(u64::from(led.svc.config.settings.verify.timeout_minutes.max(1)) * 60);
-    for name in failed
-        .iter()
-        .filter(|n| n.contains("::"))
-        .take(MAX_FLAKY_RERUNS)
-    {
-        let quoted = format!("'{}'", name.replace('\'', "'\\''"));
-        let line = format!("{} {quoted}", cmd.command);
-        let out = bench
-            .executor
-            .run(ExecRequest::shell(line.clone()).timeout(timeout))
-            .await?;
-        let passed = matches!(out.status, Termination::Exited(0));
-        led.audit(
-            Kind::Verify,
-            json!({"when": "flaky check", "command": line, "status": out.status}),
-        )?;
-        if passed {
-            led.rec.flaky.insert(name.clone());
-        }
+    if failed.len() < 2 {
+        // The only failure is what the run is about; whether it comes back or not, it decides.
+        return Ok(());
     }
-    attribution::observe(
-        led,
-        &bench.worktree,
-        &format!("{} (flaky check)", attribution::TEST_COMMAND),
-    )?;
+    // Audited as a test run of its own (`run_tests_at`); not a line of the report's table.
+    let run = run_tests(led, bench, cmd, Check::Rerun).await?;
+    let goal = led.rec.task.goal.clone();
+    let flaky = flaky_in_rerun(&failed, &run.obs, |n| requested(n, &goal));
+    led.rec.flaky.extend(flaky);
     if !led.rec.flaky.is_empty() {
         let names: Vec<String> = led.rec.flaky.iter().cloned().collect();
         led.rec.notes.push(format!(
-            "Flaky: {} failed in the baseline but passed when run again on its own; left out of the decision.",
+            "Flaky: {} failed in the baseline but passed when the whole test command ran again; left out of the decision.",
             quoted(&names)
         ));
     }
     Ok(())
+}
+
+/// The baseline failures (`failed`) that pass, by name, in the full rerun `rerun`; none of
+/// them when they all pass (a failure that does not come back may be the one the run is
+/// for), and never one the request names.
+fn flaky_in_rerun(
+    failed: &std::collections::BTreeSet<String>,
+    rerun: &Observation,
+    requested: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let Some(r) = rerun
+        .report
+        .as_ref()
+        .filter(|r| r.names == verify::Names::Full)
+    else {
+        return Vec::new();
+    };
+    let passed: Vec<String> = failed
+        .iter()
+        .filter(|n| r.passed.contains(*n) && !r.failed.contains(*n))
+        .cloned()
+        .collect();
+    if passed.len() == failed.len() {
+        return Vec::new();
+    }
+    passed.into_iter().filter(|n| !requested(n)).collect()
 }
 
 /// The baseline's one-line result: which tests fail already, or the counts.
@@ -932,6 +942,56 @@ mod tests {
         assert!(!requested(env, "fix add"));
         assert!(!requested(env, "fix the test that fails"));
         assert!(requested(env, "this should run on Python 2"));
+    }
+
+    /// Guards issue 18's attacker review, item 4: only a pass in the full rerun makes a
+    /// baseline failure flaky, never all of them at once, never a requested one.
+    #[test]
+    fn flaky_only_from_a_full_rerun() {
+        use crate::verify::{Counts, Format, Names, TestReport};
+        let set = |v: &[&str]| {
+            v.iter()
+                .map(|s| (*s).to_owned())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let rerun = |passed: &[&str], failed: &[&str]| Observation {
+            exit_code: Some(1),
+            report: Some(TestReport {
+                format: Format::Pytest,
+                names: Names::Full,
+                counts: Counts::default(),
+                passed: set(passed),
+                failed: set(failed),
+                skipped: Default::default(),
+                details: Default::default(),
+            }),
+        };
+        let failed = set(&["t::add", "t::wobbly", "t::order"]);
+        let none = |_: &str| false;
+        assert_eq!(
+            flaky_in_rerun(
+                &failed,
+                &rerun(&["t::wobbly", "t::x"], &["t::add", "t::order"]),
+                none
+            ),
+            ["t::wobbly"]
+        );
+        assert!(
+            flaky_in_rerun(
+                &failed,
+                &rerun(&["t::add", "t::wobbly", "t::order"], &[]),
+                none
+            )
+            .is_empty()
+        );
+        assert!(
+            flaky_in_rerun(
+                &failed,
+                &rerun(&["t::wobbly"], &["t::add", "t::order"]),
+                |n: &str| n == "t::wobbly"
+            )
+            .is_empty()
+        );
     }
 
     #[test]

@@ -832,3 +832,50 @@ fn fixing_another_failure_instead_of_the_requested_one_fails() {
     );
     assert!(!report.contains("Pre-existing failures"), "{report}");
 }
+
+/// Guards issue 18's attacker review, item 4: `test_b_depends` fails only after
+/// `test_a_pollutes` ran (shared state), and passes when run alone. The flaky check reruns the
+/// whole command, where it fails again: it is not flaky, and not unrelated to the change to
+/// `calc.py` its file imports, so the run fails instead of leaving it out.
+#[test]
+fn an_order_dependent_failure_is_not_flaky() {
+    let f = Fixture::new("python-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    std::fs::write(
+        repo.join("tests/test_order.py"),
+        "import calc\n\n\ndef test_a_pollutes():\n    calc.MODE = 'broken'\n\n\ndef test_b_depends():\n    assert getattr(calc, 'MODE', 'ok') == 'ok'\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qm",
+            "order",
+        ],
+    );
+    let script = f.script(&[
+        plan(&["calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("failed"), Some(1)),
+        "{json}"
+    );
+    let report = f.report(&run_id(&json));
+    assert!(!report.contains("Flaky"), "{report}");
+    assert!(report.contains("1 still failing"), "{report}");
+}
