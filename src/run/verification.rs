@@ -618,17 +618,13 @@ pub(super) async fn final_check(
             let run = run_clean(led, &name, commit, cmd, Check::OnBase(attempt), &paths).await?;
             let failing_on_base: Vec<String> = new_tests
                 .iter()
-                .filter(|n| match &run.obs.report {
-                    Some(r) if r.names == verify::Names::Full => !r.passed.contains(*n),
-                    Some(r) => r.failed.contains(*n) || run.obs.exit_code != Some(0),
-                    None => run.obs.exit_code != Some(0),
-                })
+                .filter(|n| fails_for_real(run.obs.report.as_ref(), n))
                 .cloned()
                 .collect();
             led.rec.verification.push(run.line);
             if failing_on_base.is_empty() {
                 integrity.reproduction = Some(format!(
-                    "none: the new tests ({}) pass on the base code too, so they do not show the problem",
+                    "none: the new tests ({}) do not fail on the base code by a named failure (they pass, are skipped, or cannot import there), so they do not show the problem",
                     quoted(&new_tests)
                 ));
             } else {
@@ -806,6 +802,24 @@ fn baseline_failures(baseline: Option<&Observation>) -> Option<String> {
             None => Some("killed".into()),
         },
     }
+}
+
+/// Whether the test `name` really failed in `report` (the run's tests on the base code): named
+/// failing — not merely absent (a module that could not be collected on the base, an
+/// unreadable output), not skipped, and not failing only because what it imports is missing
+/// on the base (`ImportError`, `ModuleNotFoundError`: the test of a function the change adds
+/// shows no problem in the code it fixes). Issue 18's attacker review.
+fn fails_for_real(report: Option<&verify::TestReport>, name: &str) -> bool {
+    let Some(r) = report.filter(|r| r.names >= verify::Names::FailedOnly) else {
+        return false;
+    };
+    let import_error = r.details.get(name).is_some_and(|d| {
+        d.lines().any(|l| {
+            let l = l.trim_start_matches(['E', ' ']);
+            l.starts_with("ImportError") || l.starts_with("ModuleNotFoundError")
+        })
+    });
+    r.failed.contains(name) && !r.skipped.contains(name) && !import_error
 }
 
 /// Tests that pass now and that the baseline did not run: the run's new tests.

@@ -879,3 +879,52 @@ fn an_order_dependent_failure_is_not_flaky() {
     assert!(!report.contains("Flaky"), "{report}");
     assert!(report.contains("1 still failing"), "{report}");
 }
+
+/// Guards issue 18's attacker review, item 5: asked to fix `mul`, the model leaves it and
+/// adds a test of a new function — one that cannot be collected on the base (a module-level
+/// import of it), one that skips there, one that fails there only on the missing import. None
+/// shows the problem on the base code: never "verified", and a failure under `require`.
+#[test]
+fn a_test_that_fails_on_the_base_only_by_import_or_skip_reproduces_nothing() {
+    let tests = [
+        "from calc import triple\n\n\ndef test_triple():\n    assert triple(1) == 3\n",
+        "import pytest\n\nimport calc\n\n\ndef test_triple():\n    if not hasattr(calc, 'triple'):\n        pytest.skip('not yet')\n    assert calc.triple(1) == 3\n",
+        "def test_triple():\n    from calc import triple\n    assert triple(1) == 3\n",
+    ];
+    for test in tests {
+        for require in [false, true] {
+            let f = passing_base();
+            if require {
+                f.user_config(&format!("{ONE_ATTEMPT}[verify]\nreproduce = \"require\"\n"));
+            }
+            let script = f.script(&[
+                plan(&["calc.py", "tests/test_triple.py"]),
+                write("tests/test_triple.py", test),
+                edit(
+                    "calc.py",
+                    "def mul(a, b):\n",
+                    "def triple(x):\n    return 3 * x\n\n\ndef mul(a, b):\n",
+                ),
+                finish(),
+            ]);
+            let (code, json) = f.fix(&script, &["fix mul"], &[]);
+            let report = f.report(&run_id(&json));
+            assert!(
+                !report.contains("verified by the project's tests"),
+                "{test}\n{report}"
+            );
+            assert!(
+                report.contains("do not fail on the base code by a named failure")
+                    || report.contains("do not show the problem"),
+                "{test}\n{report}"
+            );
+            if require {
+                assert_eq!(
+                    (json["state"].as_str(), code),
+                    (Some("failed"), Some(1)),
+                    "{test}: {json}"
+                );
+            }
+        }
+    }
+}
