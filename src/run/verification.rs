@@ -857,12 +857,14 @@ enum TestFile {
 /// Rust source file, because its base version holds tests.
 fn test_file(c: &ChangedBlob, baseline: Option<&verify::TestReport>) -> TestFile {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    if c.path.ends_with(".rs") && !verify::is_test_path(&c.path) && c.status != FileStatus::Added {
-        if let Some(old) = verify::rust_test_code(&text(&c.old)) {
-            let new = (c.status != FileStatus::Deleted)
-                .then(|| verify::rust_test_code(&text(&c.new)).unwrap_or_default());
-            return TestFile::Mixed(verify::test_change(Some(&old), new.as_deref()));
-        }
+    if c.path.ends_with(".rs")
+        && !verify::is_test_path(&c.path)
+        && c.status != FileStatus::Added
+        && let Some(old) = verify::rust_test_code(&text(&c.old))
+    {
+        let new = (c.status != FileStatus::Deleted)
+            .then(|| verify::rust_test_code(&text(&c.new)).unwrap_or_default());
+        return TestFile::Mixed(verify::test_change(Some(&old), new.as_deref()));
     }
     if verify::is_test_path(&c.path)
         || baseline.is_some_and(|r| verify::named_by_results(r, &c.path))
