@@ -33,6 +33,9 @@ pub(super) struct Gated {
 /// The tool name of approvals for runner configuration.
 pub(super) const RUNNER_CONFIG: &str = "runner_config";
 
+/// The tool name of approvals for new executables the plan names.
+pub(super) const NEW_EXECUTABLE: &str = "new_executable";
+
 /// The tool name of approvals for test changes the plan makes on purpose (held-out check).
 pub(super) const TEST_CHANGE: &str = "test_change";
 
@@ -55,13 +58,23 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
     let test_command = led.rec.test_command.clone().unwrap_or_default();
     let mut refused = Vec::new();
     let mut asks = Vec::new();
+    let mut executables = Vec::new();
     for path in wt.changed_paths()? {
         let old = led.svc.repo.read_file_at(&head, &path)?;
-        if let Some(why) = super::gate::refusal(wt.path(), &path, policy, &planned, old.is_some()) {
+        let was_executable = led.svc.repo.executable_at(&head, &path)?;
+        if let Some(why) = super::gate::refusal(wt.path(), &path, policy, &planned, was_executable)
+        {
             refused.push((path, why));
             continue;
         }
         let new = current_content(wt.path(), &path);
+        if super::gate::new_executable(wt.path(), &path, was_executable) {
+            // The plan names it, but the model wrote the plan: a person decides (issue 18).
+            executables.push(format!(
+                "`{path}` at {}: a new executable file",
+                fingerprint(new.as_deref())
+            ));
+        }
         let Some(why) = runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command)
         else {
             continue;
@@ -81,7 +94,23 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
             )),
         }
     }
-    if !asks.is_empty() {
+    if !executables.is_empty() {
+        let subject = executables.join("; ");
+        let approved = led
+            .rec
+            .approvals
+            .iter()
+            .any(|a| a.approves(NEW_EXECUTABLE, &subject));
+        if !approved {
+            gated.pending = Some(Approval::pending(
+                NEW_EXECUTABLE,
+                &subject,
+                RiskTier::High,
+                Vec::new(),
+            ));
+        }
+    }
+    if !asks.is_empty() && gated.pending.is_none() {
         let subject = asks.join("; ");
         let approved = led
             .rec

@@ -14,14 +14,18 @@ use crate::config::Decision;
 use crate::policy::{Policy, symlink_target_is_confined};
 
 /// Why the path `rela` (worktree-relative), as it is now in the worktree at `root`, may not be
-/// committed; `None` when it may. `planned` holds the plan's files; `in_head` whether the path
-/// exists in the last commit.
+/// committed; `None` when it may. `planned` holds the plan's files; `was_executable` whether
+/// the path is an executable file in the last commit.
+///
+/// A new executable (or a file made executable) that the plan does not name is refused here;
+/// one the plan names still needs a person ([`new_executable`], asked by the checkpoint gate):
+/// the model writes the plan, so naming a file there proves nothing.
 pub(crate) fn refusal(
     root: &Path,
     rela: &str,
     policy: &Policy,
     planned: &BTreeSet<String>,
-    in_head: bool,
+    was_executable: bool,
 ) -> Option<String> {
     let verdict = policy.judge_path(rela);
     if verdict.decision != Decision::Allow {
@@ -61,15 +65,19 @@ pub(crate) fn refusal(
             line.trim()
         ));
     }
-    use std::os::unix::fs::PermissionsExt as _;
-    if meta.is_file()
-        && meta.permissions().mode() & 0o111 != 0
-        && !in_head
-        && !planned.iter().any(|p| covers(p, rela))
-    {
+    if new_executable(root, rela, was_executable) && !planned.iter().any(|p| covers(p, rela)) {
         return Some("a new executable the plan does not name".into());
     }
     None
+}
+
+/// Whether `rela` is a regular file with an execute bit now that was not an executable file
+/// in the last commit (`was_executable`): added as one, or made one by `chmod +x`.
+pub(crate) fn new_executable(root: &Path, rela: &str, was_executable: bool) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    !was_executable
+        && std::fs::symlink_metadata(root.join(rela))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Whether a `.gitattributes` line sets a driver: `filter=…`, `diff=…` or `merge=…`.
@@ -154,5 +162,10 @@ mod tests {
         }
         // An executable that was already committed stays the project's business.
         assert_eq!(refusal(root, "run.sh", &policy, &planned, true), None);
+        // One the plan names passes here, but the checkpoint gate asks a person about it.
+        assert!(new_executable(root, "tools/gen.sh", false));
+        assert!(!new_executable(root, "tools/gen.sh", true));
+        assert!(!new_executable(root, "ok.txt", false));
+        assert!(!new_executable(root, "in", false));
     }
 }

@@ -201,6 +201,21 @@ impl Repo {
         let blob = entry.object().ctx(|| format!("reading {rev}:{path}"))?;
         Ok(Some(blob.detach().data))
     }
+    /// Whether `path` is an executable file in the tree of `rev` (mode 100755); `false` when
+    /// it is not there or is something else.
+    pub fn executable_at(&self, rev: &str, path: &str) -> Result<bool> {
+        let commit_id = self.resolve(rev)?;
+        let tree = self
+            .inner
+            .find_commit(commit_id)
+            .ctx(|| format!("reading commit {commit_id}"))?
+            .tree()
+            .ctx(|| format!("reading tree of {commit_id}"))?;
+        Ok(tree
+            .lookup_entry_by_path(path)
+            .ctx(|| format!("looking up {path} in {rev}"))?
+            .is_some_and(|e| e.mode().is_executable()))
+    }
 }
 
 impl Repo {

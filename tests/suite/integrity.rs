@@ -928,3 +928,66 @@ fn a_test_that_fails_on_the_base_only_by_import_or_skip_reproduces_nothing() {
         }
     }
 }
+
+/// Guards issue 18's attacker review, item 6: the model writes the plan, so an executable it
+/// names there still waits for a person (one it does not name is refused, and so is a
+/// committed file made executable); approved, it is committed as an executable.
+#[test]
+fn a_new_executable_the_plan_names_waits_for_a_person() {
+    let f = Fixture::new("python-add");
+    f.user_config(ONE_ATTEMPT);
+    let script = f.script(&[
+        plan(&["calc.py", "tools/check.sh"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        write("tools/check.sh", "#!/bin/sh\nexec python3 -m pytest -q\n"),
+        write("tools/other.sh", "#!/bin/sh\necho unplanned\n"),
+        run("chmod +x tools/check.sh tools/other.sh pyproject.toml"),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("awaiting_approval"), Some(4)),
+        "{json}"
+    );
+    assert!(json["commits"].as_array().unwrap().is_empty(), "{json}");
+    let run_id = run_id(&json);
+    let report = f.report(&run_id);
+    assert!(
+        report.contains("tools/check.sh") && report.contains("new executable"),
+        "{report}"
+    );
+
+    let out = f.agent(&["resume", &run_id, "--approve", "--json"], &[]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(
+        (json["state"].as_str(), out.status.code()),
+        (Some("succeeded"), Some(0)),
+        "{json}"
+    );
+    let branch = json["branch"].as_str().expect("branch");
+    let tree = git(&f.repo(), &["ls-tree", "-r", branch]);
+    let mode = |path: &str| {
+        tree.lines()
+            .find(|l| l.ends_with(&format!("\t{path}")))
+            .map(|l| l.split(' ').next().unwrap_or("").to_owned())
+    };
+    assert_eq!(mode("tools/check.sh").as_deref(), Some("100755"), "{tree}");
+    assert_eq!(mode("tools/other.sh"), None, "{tree}");
+    assert_eq!(mode("pyproject.toml").as_deref(), Some("100644"), "{tree}");
+    let report = f.report(&run_id);
+    assert!(
+        report.contains("tools/other.sh") && report.contains("the plan does not name"),
+        "{report}"
+    );
+}

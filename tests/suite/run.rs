@@ -90,7 +90,7 @@ impl Fixture {
     }
 
     /// The worktree the run's record names.
-    fn worktree(&self, run: &str) -> PathBuf {
+    pub(super) fn worktree(&self, run: &str) -> PathBuf {
         let rec: Value =
             serde_json::from_slice(&std::fs::read(self.run_dir(run).join("record.json")).unwrap())
                 .unwrap();
