@@ -56,10 +56,13 @@ pub struct Worktree {
 pub enum Provenance {
     /// Checked out from scratch.
     Fresh,
-    /// Taken from the warm pool and reset.
+    /// Taken from the warm pool, reset, and emptied of everything git does not track.
     Warm {
         /// Files written or removed by the reset.
         files_changed: usize,
+        /// Untracked and ignored entries an earlier run left, removed (a directory counts
+        /// once).
+        leftovers_removed: usize,
     },
     /// An existing run worktree, reopened.
     Reopened,
@@ -182,7 +185,16 @@ impl Repo {
                 self.create_branch(&req.branch, start)?;
             }
             let files_changed = wt.switch_to_branch(&req.branch, start)?;
-            return Ok((wt, Provenance::Warm { files_changed }));
+            // An earlier run's ignored files (a `.pyc`, a `node_modules/.bin` shim, a build
+            // cache) would reach this run's baseline: another run's model wrote them.
+            let leftovers_removed = remove_untracked(&pooled)?;
+            return Ok((
+                wt,
+                Provenance::Warm {
+                    files_changed,
+                    leftovers_removed,
+                },
+            ));
         }
         if !exists {
             self.create_branch(&req.branch, start)?;
@@ -702,6 +714,58 @@ fn reset_worktree_paths(
         .write(Default::default())
         .ctx(|| "writing the index".to_string())?;
     Ok(paths.len())
+}
+
+/// Remove everything in the worktree at `dir` that its index does not list, ignored files
+/// included (`git clean -ffdx`), leaving tracked files and submodule checkouts as they are.
+/// Returns the number of entries removed.
+fn remove_untracked(dir: &Path) -> Result<usize> {
+    let repo = Repo::open(dir)?;
+    let index = repo
+        .gix()
+        .index_or_empty()
+        .ctx(|| "reading the index".to_string())?;
+    let mut files: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    for entry in index.entries() {
+        let rela = super::rela_path(entry.path(&index));
+        let mut parent = rela.parent();
+        while let Some(d) = parent.filter(|d| !d.as_os_str().is_empty()) {
+            if !dirs.insert(d.to_path_buf()) {
+                break;
+            }
+            parent = d.parent();
+        }
+        files.insert(rela);
+    }
+    let mut removed = 0;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let here = dir.join(&rel);
+        let entries = std::fs::read_dir(&here).map_err(io_err("cannot read", &here))?;
+        for entry in entries {
+            let entry = entry.map_err(io_err("cannot read", &here))?;
+            let name = entry.file_name();
+            if rel.as_os_str().is_empty() && name == ".git" {
+                continue;
+            }
+            let child = rel.join(&name);
+            if files.contains(&child) {
+                continue;
+            }
+            let is_dir = entry
+                .file_type()
+                .map_err(io_err("cannot stat", entry.path()))?
+                .is_dir();
+            if is_dir && dirs.contains(&child) {
+                stack.push(child);
+                continue;
+            }
+            remove_path(&entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 fn remove_path(p: &Path) -> Result<()> {

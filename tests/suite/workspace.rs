@@ -223,6 +223,75 @@ fn existing_branch_is_refused_unless_resuming() {
     );
 }
 
+/// A pooled worktree reaches the next run with nothing git does not track: an ignored
+/// `.pyc` of a "fixed" module or a `node_modules/.bin/node` shim that one run's model wrote
+/// would otherwise decide the next run's baseline (issue 18).
+#[test]
+fn a_pooled_worktree_keeps_no_ignored_file_of_the_run_before() {
+    let tmp = tempfile::tempdir().unwrap();
+    sample_repo(tmp.path());
+    write(
+        tmp.path(),
+        ".gitignore",
+        b"target/\n*.log\n__pycache__/\nnode_modules/\n",
+    );
+    git(tmp.path(), &["add", ".gitignore"]);
+    git(tmp.path(), &["commit", "-qm", "ignore caches"]);
+    let (repo, _state) = open(tmp.path());
+    let (wt, _) = repo
+        .create_worktree(
+            &request("hostile", "agent/hostile"),
+            WorktreeOptions::default(),
+        )
+        .unwrap();
+    write(
+        wt.path(),
+        "src/__pycache__/util.cpython-311.pyc",
+        b"\x00poison",
+    );
+    write(
+        wt.path(),
+        "node_modules/.bin/node",
+        b"#!/bin/sh\necho 'ok 1'\n",
+    );
+    write(wt.path(), "run.log", b"log\n");
+    write(wt.path(), "junk/untracked.txt", b"junk\n");
+    std::os::unix::fs::symlink("/etc", wt.path().join("src/etc-link")).unwrap();
+    wt.release_to_pool().unwrap();
+
+    let (wt2, prov) = repo
+        .create_worktree(
+            &request("next", "agent/next"),
+            WorktreeOptions {
+                resume: false,
+                warm: true,
+            },
+        )
+        .unwrap();
+    match prov {
+        Provenance::Warm {
+            leftovers_removed, ..
+        } => assert_eq!(leftovers_removed, 3, "__pycache__, node_modules, run.log"),
+        other => panic!("expected warm reuse, got {other:?}"),
+    }
+    for gone in [
+        "src/__pycache__",
+        "node_modules",
+        "run.log",
+        "junk",
+        "src/etc-link",
+    ] {
+        assert!(
+            std::fs::symlink_metadata(wt2.path().join(gone)).is_err(),
+            "{gone} survived the pool"
+        );
+    }
+    // Exactly what a fresh checkout would hold: nothing ignored, nothing untracked.
+    assert_eq!(git(wt2.path(), &["status", "--porcelain", "--ignored"]), "");
+    assert_eq!(tree_of(wt2.path(), "HEAD"), tree_of(tmp.path(), "main"));
+    assert!(wt2.path().join("src/util.rs").exists());
+}
+
 /// Warm reuse resets a pooled worktree to the new base touching only what differs, and the
 /// result is indistinguishable (for git) from a fresh checkout.
 #[test]
@@ -257,7 +326,7 @@ fn warm_pool_reuse_resets_only_changed_files() {
         )
         .unwrap();
     match prov {
-        Provenance::Warm { files_changed } => assert!(files_changed > 0 && files_changed < 30),
+        Provenance::Warm { files_changed, .. } => assert!(files_changed > 0 && files_changed < 30),
         other => panic!("expected warm reuse, got {other:?}"),
     }
     assert_eq!(wt2.path(), repo.worktrees_dir().unwrap().join("second"));
@@ -278,8 +347,9 @@ fn warm_pool_reuse_resets_only_changed_files() {
         "emptied dirs removed"
     );
     assert!(wt2.path().join("delete_me.txt").exists());
-    // Ignored build output survives (that is what makes the pool warm).
-    assert!(wt2.path().join("target/debug/out").exists());
+    // Ignored output of the run before is gone: a poisoned cache must not
+    // reach the next run (trusted build outputs come from set-up instead).
+    assert!(!wt2.path().join("target/debug/out").exists());
     // An unchanged file was not rewritten.
     let after = std::fs::metadata(wt2.path().join("src/util.rs"))
         .unwrap()
