@@ -24,7 +24,9 @@ mod wrappers;
 pub use approval::{Approval, ApprovalRequest, ApprovalStatus};
 pub use command::{BUILTIN_RULES, CommandVerdict, INSTALLERS, PartVerdict};
 pub use error::{Error, Result};
-pub use paths::{PathRefusal, PathVerdict, lexical_relative, symlink_target_is_confined};
+pub use paths::{
+    PathRefusal, PathVerdict, lexical_relative, symlink_resolves_inside, symlink_target_is_confined,
+};
 pub use runner::{runner_config_by_name, runner_config_change};
 
 use serde::Serialize;

@@ -195,9 +195,123 @@ pub fn symlink_target_is_confined(link: &str, target: &str) -> bool {
     lexical_relative(&base.join(target).to_string_lossy()).is_ok()
 }
 
+/// Whether the symlink at `link` (worktree-relative) in the worktree at `root` resolves,
+/// through every link on the way, to a place inside the worktree and out of `.git`.
+///
+/// [`symlink_target_is_confined`] reads one link alone; a chain can pass it link by link and
+/// still leave: `d/up -> ..` is confined (it names the root) and `out -> d/up/..` is confined
+/// lexically (it names `d`), yet `out` resolves to the root's parent. This walks the path as
+/// the kernel would, component by component beneath `root`, following each symlink it meets
+/// (at most 40, as Linux does). A path that does not exist yet is read lexically from there.
+pub fn symlink_resolves_inside(root: &Path, link: &str) -> bool {
+    use std::ffi::OsString;
+    let Ok(link) = lexical_relative(link) else {
+        return false;
+    };
+    let Ok(target) = std::fs::read_link(root.join(&link)) else {
+        return false;
+    };
+    let mut at: Vec<OsString> = link
+        .parent()
+        .map(|p| p.iter().map(|c| c.to_os_string()).collect())
+        .unwrap_or_default();
+    // Components still to walk, next one last.
+    let mut todo: Vec<OsString> = Vec::new();
+    let push_target = |todo: &mut Vec<OsString>, t: &Path| -> bool {
+        if t.has_root() {
+            return false;
+        }
+        todo.extend(t.iter().rev().map(|c| c.to_os_string()));
+        true
+    };
+    if !push_target(&mut todo, &target) {
+        return false;
+    }
+    let mut links_followed = 1;
+    while let Some(c) = todo.pop() {
+        if c == "." {
+            continue;
+        }
+        if c == ".." {
+            if at.pop().is_none() {
+                return false;
+            }
+            continue;
+        }
+        if c.as_encoded_bytes().eq_ignore_ascii_case(b".git") {
+            return false;
+        }
+        at.push(c);
+        let here: PathBuf = at.iter().collect();
+        let full = root.join(&here);
+        if std::fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink()) {
+            links_followed += 1;
+            if links_followed > 40 {
+                return false;
+            }
+            let Ok(next) = std::fs::read_link(&full) else {
+                return false;
+            };
+            at.pop();
+            if !push_target(&mut todo, &next) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symlink_chains_are_followed() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join("d/e/f.txt"), "x").unwrap();
+        symlink("..", root.join("d/up")).unwrap();
+        symlink("d/up/..", root.join("out")).unwrap();
+        symlink("e/f.txt", root.join("d/file")).unwrap();
+        symlink("d/file", root.join("chain")).unwrap();
+        symlink("d/up/e", root.join("via")).unwrap();
+        symlink("gitdir", root.join("d/e/g")).unwrap();
+        symlink("../../.git", root.join("d/e/gitdir")).unwrap();
+        symlink("d/e/g/hooks", root.join("hooks")).unwrap();
+        symlink("loop2", root.join("loop1")).unwrap();
+        symlink("loop1", root.join("loop2")).unwrap();
+        symlink("not/yet/there", root.join("dangling")).unwrap();
+        symlink("not/../../x", root.join("dangling-out")).unwrap();
+        // Each link alone is confined, lexically.
+        for l in ["d/up", "out", "d/file", "chain", "via", "hooks", "loop1"] {
+            let t = std::fs::read_link(root.join(l)).unwrap();
+            assert!(
+                symlink_target_is_confined(l, &t.to_string_lossy()) || l == "out",
+                "{l}"
+            );
+        }
+        assert!(symlink_resolves_inside(root, "d/up"));
+        assert!(symlink_resolves_inside(root, "d/file"));
+        assert!(symlink_resolves_inside(root, "chain"));
+        assert!(symlink_resolves_inside(root, "dangling"));
+        assert!(
+            !symlink_resolves_inside(root, "out"),
+            "d/up/.. is the root's parent"
+        );
+        assert!(
+            !symlink_resolves_inside(root, "hooks"),
+            "through d/e/g into .git"
+        );
+        assert!(
+            !symlink_resolves_inside(root, "loop1"),
+            "a loop never resolves"
+        );
+        assert!(!symlink_resolves_inside(root, "dangling-out"));
+        assert!(!symlink_resolves_inside(root, "../x"));
+    }
 
     #[test]
     fn lexical_checks() {

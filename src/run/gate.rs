@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::config::Decision;
-use crate::policy::{Policy, symlink_target_is_confined};
+use crate::policy::{Policy, symlink_resolves_inside, symlink_target_is_confined};
 
 /// Why the path `rela` (worktree-relative), as it is now in the worktree at `root`, may not be
 /// committed; `None` when it may. `planned` holds the plan's files; `was_executable` whether
@@ -48,6 +48,14 @@ pub(crate) fn refusal(
         if !symlink_target_is_confined(rela, &target.to_string_lossy()) {
             return Some(format!(
                 "a symbolic link pointing out of the repository or into .git (-> {})",
+                target.display()
+            ));
+        }
+        // Confined alone, but a chain of links can still leave (`out -> d/up/..` with
+        // `d/up -> ..`): resolve it through the tree as the kernel would.
+        if !symlink_resolves_inside(root, rela) {
+            return Some(format!(
+                "a symbolic link that leads out of the repository or into .git through other links (-> {})",
                 target.display()
             ));
         }
@@ -138,6 +146,10 @@ mod tests {
         std::os::unix::fs::symlink("..", root.join("up")).unwrap();
         std::os::unix::fs::symlink(".git/config", root.join("cfg")).unwrap();
         std::os::unix::fs::symlink("ok.txt", root.join("in")).unwrap();
+        // A chain: each link is confined alone, together they leave.
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::os::unix::fs::symlink("..", root.join("sub/up")).unwrap();
+        std::os::unix::fs::symlink("sub/up/..", root.join("chain")).unwrap();
         use std::os::unix::fs::PermissionsExt as _;
         for p in ["run.sh", "tools/gen.sh"] {
             write(p, "#!/bin/sh\n");
@@ -153,11 +165,12 @@ mod tests {
             "out",
             "up",
             "cfg",
+            "chain",
             "run.sh",
         ] {
             assert!(refused(p).is_some(), "{p} should be refused");
         }
-        for p in ["ok.txt", "in", "tools/gen.sh", "deleted.txt"] {
+        for p in ["ok.txt", "in", "sub/up", "tools/gen.sh", "deleted.txt"] {
             assert_eq!(refused(p), None, "{p}");
         }
         // An executable that was already committed stays the project's business.

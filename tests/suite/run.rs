@@ -932,6 +932,9 @@ open('.github/workflows/x.yml', 'w').write('on: push\\n')\n\
 open('.env', 'w').write('SECRET=1\\n')\n\
 open('deploy.pem', 'w').write('key\\n')\n\
 os.symlink('/etc/passwd', 'passwd')\n\
+os.makedirs('lib', exist_ok=True)\n\
+os.symlink('..', 'lib/up')\n\
+os.symlink('lib/up/..', 'parent')\n\
 open('.gitattributes', 'w').write('* filter=evil\\n')\n\
 open('.gitmodules', 'w').write('[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::sh -c touch% /tmp/x\\n')\n";
     let script = f.script(&[
@@ -946,7 +949,13 @@ open('.gitmodules', 'w').write('[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::
     assert_eq!(code, Some(0), "{json}");
     let commit = json["commits"][0].as_str().unwrap();
     let files = git(&f.repo(), &["show", "--name-only", "--format=", commit]);
-    assert_eq!(files.trim(), "calc.py", "only the fix is committed");
+    // `lib/up -> ..` names the root: confined, so only it may go in beside the fix; the
+    // chain `parent -> lib/up/..` leaves the tree and is refused.
+    assert_eq!(
+        files.trim(),
+        "calc.py\nlib/up",
+        "only the fix and the confined link are committed"
+    );
     let run = json["run_id"].as_str().unwrap();
     let report = f.report(run);
     for p in [
@@ -954,6 +963,7 @@ open('.gitmodules', 'w').write('[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::
         ".env",
         "deploy.pem",
         "passwd",
+        "parent",
         ".gitattributes",
         ".gitmodules",
     ] {
