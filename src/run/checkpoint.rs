@@ -68,12 +68,12 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
             continue;
         }
         let new = current_content(wt.path(), &path);
+        // What a person approves: the content, and for a link what it leads to as well, so
+        // editing the link's target afterwards needs a new approval.
+        let approved = approval_fingerprint(wt.path(), &path);
         if super::gate::new_executable(wt.path(), &path, was_executable) {
             // The plan names it, but the model wrote the plan: a person decides (issue 18).
-            executables.push(format!(
-                "`{path}` at {}: a new executable file",
-                fingerprint(new.as_deref())
-            ));
+            executables.push(format!("`{path}` at {approved}: a new executable file"));
         }
         let Some(why) = runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command)
         else {
@@ -88,10 +88,7 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
                     policy.runner_config.1.rule, policy.runner_config.1.origin
                 ),
             )),
-            Decision::Ask => asks.push(format!(
-                "`{path}` at {}: {why}",
-                fingerprint(new.as_deref())
-            )),
+            Decision::Ask => asks.push(format!("`{path}` at {approved}: {why}")),
         }
     }
     if !executables.is_empty() {
@@ -158,6 +155,34 @@ fn current_content(root: &std::path::Path, rela: &str) -> Option<Vec<u8>> {
             .map(|t| t.to_string_lossy().into_owned().into_bytes());
     }
     std::fs::read(&full).ok()
+}
+
+/// What an approval of `rela` covers: its content, and for a symbolic link its target and
+/// the content that target has now (a link approved as `conftest.py -> helpers/c.py` must not
+/// stay approved once `helpers/c.py` changes). `None` when it is gone.
+fn approved_content(root: &std::path::Path, rela: &str) -> Option<Vec<u8>> {
+    let full = root.join(rela);
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    if !meta.file_type().is_symlink() {
+        return std::fs::read(&full).ok();
+    }
+    let mut out = b"symlink -> ".to_vec();
+    out.extend(
+        std::fs::read_link(&full)
+            .ok()?
+            .as_os_str()
+            .as_encoded_bytes(),
+    );
+    if let Ok(followed) = std::fs::read(&full) {
+        out.push(0);
+        out.extend(followed);
+    }
+    Some(out)
+}
+
+/// The fingerprint an approval of `rela` (in the worktree at `root`) names.
+pub(super) fn approval_fingerprint(root: &std::path::Path, rela: &str) -> String {
+    fingerprint(approved_content(root, rela).as_deref())
 }
 
 /// A short content hash, so an approval covers exactly the content it was given for.
@@ -274,6 +299,28 @@ pub(super) fn commit(led: &mut Ledger<'_>, bench: &Workbench, why: &str) -> Resu
 mod tests {
     use super::super::fixture::{World, git};
     use super::*;
+
+    /// An approval of a symlinked runner configuration covers what the link leads to: the
+    /// model cannot have `conftest.py -> helpers/c.py` approved and then rewrite the helper.
+    #[test]
+    fn an_approved_link_is_fingerprinted_with_what_it_leads_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("helpers")).unwrap();
+        std::fs::write(root.join("helpers/c.py"), "def pytest_configure(c): pass\n").unwrap();
+        std::os::unix::fs::symlink("helpers/c.py", root.join("conftest.py")).unwrap();
+        let approved = fingerprint(approved_content(root, "conftest.py").as_deref());
+        std::fs::write(root.join("helpers/c.py"), "import os; os._exit(0)\n").unwrap();
+        let now = fingerprint(approved_content(root, "conftest.py").as_deref());
+        assert_ne!(approved, now, "the helper changed behind the approved link");
+        // A regular file: its content, as before.
+        std::fs::write(root.join("pytest.ini"), "[pytest]\n").unwrap();
+        assert_eq!(
+            fingerprint(approved_content(root, "pytest.ini").as_deref()),
+            fingerprint(Some(b"[pytest]\n"))
+        );
+        assert_eq!(approved_content(root, "gone.py"), None);
+    }
 
     #[test]
     fn a_checkpoint_commits_with_the_runs_trailers_and_nothing_twice() {

@@ -115,6 +115,11 @@ pub struct Integrity {
     /// Tests that failed in the baseline but passed on their own (left out).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flaky: Vec<String>,
+    /// The commands ran with `sandbox.mode = "off"`: nothing kept the clean checkout's run
+    /// apart from what earlier commands left on the machine (a file in the shared `/tmp`, a
+    /// daemon still running), so a pass there is not called verified.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined: bool,
     /// Every check passed.
     pub passed: bool,
 }
@@ -217,6 +222,9 @@ fn cut(s: &str, max: usize, pointer: &str) -> String {
 fn integrity_block(i: &Integrity) -> String {
     let or = |v: &Option<String>, none: &str| v.as_deref().map_or(none.to_string(), cell);
     let mut out = String::from("\n**Integrity**\n");
+    if i.unconfined {
+        out.push_str("- Sandbox: off — every command, the clean checkout's included, ran unconfined on this machine\n");
+    }
     out.push_str(&format!(
         "- Clean checkout of what is committed: {}\n",
         or(&i.clean_tree, "did not run")
@@ -294,6 +302,9 @@ pub fn render(r: &ReportInput) -> String {
     let verdict = match r.state.as_str() {
         // "Verified" only when every integrity check passed and a test showed the problem.
         "succeeded" => match &r.integrity {
+            Some(i) if i.passed && i.unconfined => {
+                "Draft for review; the project's tests pass, but **commands ran without a sandbox** (`sandbox.mode = \"off\"`), so nothing kept the clean checkout apart from what earlier commands left — not verified."
+            }
             Some(i)
                 if i.passed && i.reproduced && i.preexisting.is_empty() && i.flaky.is_empty() =>
             {
@@ -697,6 +708,7 @@ mod tests {
             excluded: vec!["Cargo.lock".into()],
             preexisting: vec!["tests/test_env.py::test_runs_on_python_two".into()],
             flaky: Vec::new(),
+            unconfined: false,
             passed: false,
         });
         insta::assert_snapshot!(
@@ -712,6 +724,16 @@ mod tests {
         let body = render(&unshown);
         assert!(!body.contains("verified by the project's tests"), "{body}");
         assert!(body.contains("no test showed the problem"), "{body}");
+
+        // Every check passed, but with the sandbox off: never "verified".
+        let mut unconfined = clean.clone();
+        if let Some(i) = unconfined.integrity.as_mut() {
+            i.unconfined = true;
+        }
+        let body = render(&unconfined);
+        assert!(!body.contains("verified by the project's tests"), "{body}");
+        assert!(body.contains("commands ran without a sandbox"), "{body}");
+        assert!(body.contains("- Sandbox: off"), "{body}");
     }
 
     #[test]

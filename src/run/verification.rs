@@ -415,6 +415,7 @@ pub(super) async fn final_check(
             .as_ref()
             .map(|i| i.excluded.clone())
             .unwrap_or_default(),
+        unconfined: led.svc.exec_options.sandbox == crate::config::SandboxMode::Off,
         ..Integrity::default()
     };
     add_excluded(&mut integrity, gated.excluded);
@@ -442,7 +443,7 @@ pub(super) async fn final_check(
     let base = svc.repo.resolve(&led.rec.base_sha)?;
     let snapshot = bench.worktree.snapshot()?;
     let changed = svc.repo.changed_blobs(base, snapshot)?;
-    describe_changes(led, &changed, &mut integrity);
+    describe_changes(led, bench.worktree.path(), &changed, &mut integrity);
     let paths: Vec<String> = changed.iter().map(|c| c.path.clone()).collect();
     if !run.decision.success {
         led.rec.integrity = Some(integrity);
@@ -876,7 +877,12 @@ fn test_file(c: &ChangedBlob, baseline: Option<&verify::TestReport>) -> TestFile
 }
 
 /// The test files and runner configuration the change touched, for the integrity block.
-fn describe_changes(led: &Ledger<'_>, changed: &[ChangedBlob], integrity: &mut Integrity) {
+fn describe_changes(
+    led: &Ledger<'_>,
+    root: &std::path::Path,
+    changed: &[ChangedBlob],
+    integrity: &mut Integrity,
+) {
     let test_command = led.rec.test_command.as_deref().unwrap_or("");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let approved: Vec<&Approval> = led
@@ -902,9 +908,21 @@ fn describe_changes(led: &Ledger<'_>, changed: &[ChangedBlob], integrity: &mut I
             }),
         }
         if let Some(why) = runner_config_change(&c.path, old, new, test_command) {
+            // Credited to a person only for exactly this content: an approval of the path at
+            // some other content (or of another path that contains this one) is not theirs.
+            let at = format!(
+                "`{}` at {}:",
+                c.path,
+                checkpoint::approval_fingerprint(root, &c.path)
+            );
             let by = approved
                 .iter()
-                .find(|a| a.request.subject.contains(&format!("`{}`", c.path)))
+                .find(|a| {
+                    a.request
+                        .subject
+                        .split("; ")
+                        .any(|part| part.starts_with(&at))
+                })
                 .and_then(|a| match &a.status {
                     crate::policy::ApprovalStatus::Approved { by, .. } => Some(by.clone()),
                     _ => None,
