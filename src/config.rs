@@ -311,6 +311,11 @@ pub enum Reproduce {
     Off,
 }
 
+/// Registries that fetch any origin they are asked for (the Go module proxy and its checksum
+/// database): open egress, so set-up reaches them only when a person's own configuration
+/// names them, never by detection or by a repository's rule (issue 38).
+pub const FETCH_THROUGH: &[&str] = &["go"];
+
 /// The public registries set-up may reach by name, and the hosts each stands for.
 pub const REGISTRIES: &[(&str, &[&str])] = &[
     ("pypi", &["pypi.org", "files.pythonhosted.org"]),
@@ -577,7 +582,8 @@ enum RepoRule {
     /// A list the repository adds to; the entries below stay (deny globs, command rules).
     Append,
     /// `setup.network`: entries of the user's list when one is set, else registry names
-    /// (`REGISTRIES`) only: a repository cannot open set-up to a host of its choosing.
+    /// (`REGISTRIES`, less the fetch-through ones) only: a repository cannot open set-up to
+    /// a host of its choosing.
     Registries,
     /// Not settable by the repository, for the reason given.
     Forbidden(&'static str),
@@ -1098,6 +1104,7 @@ fn tighten_repo_layer(
                     Some(list) => list.clone(),
                     None => REGISTRIES
                         .iter()
+                        .filter(|(r, _)| !FETCH_THROUGH.contains(r))
                         .map(|(r, _)| toml::Value::String(r.to_string()))
                         .collect(),
                 };
@@ -1440,6 +1447,17 @@ mod tests {
         assert_eq!(
             SetupConfig::hosts(&["npm".into(), "git.example".into()]),
             vec!["registry.npmjs.org".to_string(), "git.example".to_string()]
+        );
+        // The Go module proxy fetches any origin: only a person's own list opens it.
+        let err = Config::resolve([repo("[setup]\nnetwork = [\"go\"]\n")]).unwrap_err();
+        assert!(matches!(err, Error::Loosens { .. }), "{err}");
+        let c = Config::resolve([
+            user("[setup]\nnetwork = [\"go\"]\n"),
+            repo("[setup]\nnetwork = [\"go\"]\n"),
+        ]);
+        assert_eq!(
+            c.unwrap().settings.setup.network,
+            Some(vec!["go".to_string()])
         );
         let mine = user("[setup]\nnetwork = [\"pypi\", \"git.example\"]\n");
         let c = Config::resolve([mine.clone(), repo("[setup]\nnetwork = [\"git.example\"]\n")]);

@@ -112,6 +112,14 @@ fn entry(
             size_mib: None,
             why: because(dest),
         },
+        Mount::NoLinks { src, dest } => ViewEntry {
+            target: dest.clone(),
+            kind: "bind",
+            source: Some(src.clone()),
+            access: rw(false),
+            size_mib: None,
+            why: because(dest),
+        },
         Mount::Tmpfs { dest, size, .. } => ViewEntry {
             target: dest.clone(),
             kind: "tmpfs",

@@ -117,6 +117,16 @@ pub(crate) enum Mount {
         /// Writable.
         rw: bool,
     },
+    /// A read-only bind (recursive) whose source the helper reaches without following any
+    /// symbolic link, component by component, and mounts from that descriptor: a link
+    /// planted in a set-up output, or swapped in after the executor checked it, cannot
+    /// carry the mount anywhere else. The source must be a canonical path.
+    NoLinks {
+        /// Host path, canonical.
+        src: PathBuf,
+        /// Path in the view.
+        dest: PathBuf,
+    },
     /// A fresh tmpfs of at most `size` bytes.
     Tmpfs {
         /// Path in the view.
@@ -157,6 +167,7 @@ impl Mount {
     pub(crate) fn dest(&self) -> &Path {
         match self {
             Mount::Bind { dest, .. }
+            | Mount::NoLinks { dest, .. }
             | Mount::Tmpfs { dest, .. }
             | Mount::Symlink { dest, .. }
             | Mount::Hide { dest }
@@ -607,6 +618,79 @@ fn mount(
     )
 }
 
+/// `open_tree(2)`'s flag: a detached copy of the tree, to be attached with `move_mount(2)`.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+/// `move_mount(2)`'s flag: the source is the descriptor itself.
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// Bind `from` at `dest`, reaching `from` from `/` one component at a time with
+/// `O_NOFOLLOW`, then mounting the tree of that descriptor (`open_tree`, `move_mount`): no
+/// symbolic link on the way is followed, whoever put it there and whenever.
+fn bind_without_links(from: &Path, dest: &Path) -> Step {
+    let what = || format!("bind {} without links", from.display());
+    // SAFETY: a constant NUL-terminated path; the result is checked.
+    let mut fd = unsafe {
+        libc::open(
+            c"/".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(last_err(what));
+    }
+    for comp in from.components().skip(1) {
+        let c = CString::new(comp.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        // SAFETY: `fd` is an open directory descriptor and `c` a valid C string.
+        let next = unsafe {
+            libc::openat(
+                fd,
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        let err = (next < 0).then(|| last_err(what));
+        // SAFETY: `fd` is ours and not used again.
+        unsafe { libc::close(fd) };
+        if let Some(e) = err {
+            return Err(e);
+        }
+        fd = next;
+    }
+    // SAFETY: `fd` is an open descriptor and "" with AT_EMPTY_PATH names it.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd,
+            c"".as_ptr(),
+            OPEN_TREE_CLONE
+                | AT_RECURSIVE as libc::c_uint
+                | libc::AT_EMPTY_PATH as libc::c_uint
+                | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    // SAFETY: `fd` is ours and not used again.
+    unsafe { libc::close(fd) };
+    if tree < 0 {
+        return Err(last_err(what));
+    }
+    let d = cpath(dest);
+    // SAFETY: `tree` is the detached tree just opened; `d` a valid C string.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree as c_int,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            d.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    let err = (r != 0).then(|| last_err(what));
+    // SAFETY: `tree` is ours and not used again.
+    unsafe { libc::close(tree as c_int) };
+    err.map_or(Ok(()), Err)
+}
+
 fn mkdirs(p: &Path) -> Step {
     std::fs::create_dir_all(p).map_err(|e| io_err(e, || format!("create {}", p.display())))
 }
@@ -692,6 +776,15 @@ fn build_view(spec: &Spec) -> Step {
                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
                 };
                 set_attr(&dest, attrs, true)?;
+            }
+            Mount::NoLinks { src, .. } => {
+                mkdirs(&dest)?;
+                bind_without_links(&under(old, src), &dest)?;
+                set_attr(
+                    &dest,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                    true,
+                )?;
             }
             Mount::Tmpfs { size, mode, .. } => {
                 mkdirs(&dest)?;

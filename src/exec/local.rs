@@ -997,25 +997,42 @@ pub(super) fn build_view(worktree: &Path, opts: &ExecOptions) -> View {
 
 /// Make the mount point of each of `opts.project_binds` in `worktree` (an empty directory,
 /// which git does not see), or, without a sandbox, a symbolic link to the source. A
-/// destination that climbs out of the worktree is refused.
+/// destination that climbs out of the worktree is refused, and so is a source that is, or
+/// passes through, a symbolic link below its base (a set-up that left `node_modules -> /`
+/// would otherwise bind the host's root into every command).
 fn mount_points(worktree: &Path, mut opts: ExecOptions) -> Result<ExecOptions> {
     let mut binds = Vec::new();
-    for (src, rel) in std::mem::take(&mut opts.project_binds) {
-        let escapes = rel.is_absolute()
-            || rel
-                .components()
-                .any(|c| !matches!(c, std::path::Component::Normal(_)));
-        if escapes || rel.as_os_str().is_empty() {
+    for bind in std::mem::take(&mut opts.project_binds) {
+        let plain = |p: &Path| {
+            !p.as_os_str().is_empty()
+                && p.components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+        };
+        if !plain(&bind.dest) {
             return Err(Error::ProjectBind {
-                path: rel,
+                path: bind.dest,
                 why: "it must be a plain path inside the worktree".into(),
             });
         }
-        let src = std::fs::canonicalize(&src).map_err(|e| Error::ProjectBind {
-            path: src.clone(),
+        let base = std::fs::canonicalize(&bind.base).map_err(|e| Error::ProjectBind {
+            path: bind.base.clone(),
             why: e.to_string(),
         })?;
-        let dest = worktree.join(&rel);
+        let src = base.join(&bind.src);
+        if !plain(&bind.src) {
+            return Err(Error::ProjectBind {
+                path: src,
+                why: "its source must be a plain path below its base".into(),
+            });
+        }
+        crate::fsutil::dir_without_links(&base, &bind.src).map_err(|e| Error::ProjectBind {
+            path: src.clone(),
+            why: format!(
+                "{}; a set-up output must be a directory the set-up made",
+                crate::fsutil::link_refusal(&e)
+            ),
+        })?;
+        let dest = worktree.join(&bind.dest);
         let made = if opts.sandbox == crate::config::SandboxMode::Off {
             match std::fs::symlink_metadata(&dest) {
                 Ok(_) => Ok(()),
@@ -1031,7 +1048,11 @@ fn mount_points(worktree: &Path, mut opts: ExecOptions) -> Result<ExecOptions> {
             path: dest.clone(),
             why: e.to_string(),
         })?;
-        binds.push((src, rel));
+        binds.push(crate::exec::ProjectBind {
+            base,
+            src: bind.src,
+            dest: bind.dest,
+        });
     }
     opts.project_binds = binds;
     Ok(opts)

@@ -206,6 +206,20 @@ impl Default for Limits {
     }
 }
 
+/// A directory something other than the agent made (a set-up output), bound read-only into
+/// the worktree. The agent's own `base` may be reached through links; `src` below it is
+/// resolved with no symbolic link followed, when the executor is made and again by the
+/// helper when it mounts, so a link planted there never carries the mount out of `base`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectBind {
+    /// A directory of the agent's (the set-up's cache entry).
+    pub base: PathBuf,
+    /// The source, relative to `base`, as the set-up left it (`outputs/node_modules`).
+    pub src: PathBuf,
+    /// Where it appears, relative to the worktree (`node_modules`).
+    pub dest: PathBuf,
+}
+
 /// Behaviour of a [`LocalExecutor`], with defaults.
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
@@ -227,10 +241,10 @@ pub struct ExecOptions {
     pub writable: Vec<PathBuf>,
     /// Extra paths bound read-only into the view (`sandbox.bind`, the set-up's cache).
     pub bind: Vec<PathBuf>,
-    /// Directories bound read-only *into the worktree*: `(source, path relative to the
-    /// worktree)`, e.g. the set-up's `node_modules` (issue 19). The mount point is made in
-    /// the worktree when it is missing; without a sandbox it becomes a symbolic link.
-    pub project_binds: Vec<(PathBuf, PathBuf)>,
+    /// Directories bound read-only *into the worktree*, e.g. the set-up's `node_modules`
+    /// (issue 19). The mount point is made in the worktree when it is missing; without a
+    /// sandbox it becomes a symbolic link.
+    pub project_binds: Vec<ProjectBind>,
     /// Variables every command gets on top of the allow-listed environment (the set-up's
     /// exports: `VIRTUAL_ENV`, `CARGO_HOME`, …). Secret-looking names are refused.
     pub env: Vec<(String, String)>,

@@ -728,6 +728,11 @@ pub(crate) fn bwrap_args(
                 let flag = if *rw { "--bind" } else { "--ro-bind" };
                 push(&[flag.as_ref(), src.as_os_str(), dest.as_os_str()]);
             }
+            // bubblewrap binds by path: the executor checked there is no link on it when it
+            // was made, and nothing but the agent writes a set-up entry once it is done.
+            Mount::NoLinks { src, dest } => {
+                push(&["--ro-bind".as_ref(), src.as_os_str(), dest.as_os_str()]);
+            }
             Mount::Tmpfs { dest, size, .. } => {
                 let size = size.to_string();
                 push(&[

@@ -92,8 +92,9 @@ pub(crate) struct ViewInputs<'a> {
     pub writable: &'a [PathBuf],
     /// Extra read-only paths (`sandbox.bind`).
     pub bind: &'a [PathBuf],
-    /// Read-only directories bound into the worktree (`ExecOptions::project_binds`).
-    pub project_binds: &'a [(PathBuf, PathBuf)],
+    /// Read-only directories bound into the worktree (`ExecOptions::project_binds`), their
+    /// bases canonical.
+    pub project_binds: &'a [crate::exec::ProjectBind],
     /// Extra paths to cover (`sandbox.hide`).
     pub hide: &'a [PathBuf],
     pub network: NetworkMode,
@@ -262,17 +263,14 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
         dest: i.worktree.to_path_buf(),
         rw: true,
     });
-    for (src, rel) in i.project_binds {
-        let dest = i.worktree.join(rel);
+    for b in i.project_binds {
+        let dest = i.worktree.join(&b.dest);
+        let src = b.base.join(&b.src);
         why.insert(
             dest.clone(),
             format!("set-up output, read-only ({})", src.display()),
         );
-        mounts.push(Mount::Bind {
-            src: src.clone(),
-            dest,
-            rw: false,
-        });
+        mounts.push(Mount::NoLinks { src, dest });
     }
     for w in i.writable {
         if let Ok(c) = std::fs::canonicalize(w) {
@@ -393,6 +391,9 @@ pub(crate) fn describe(mounts: &[Mount]) -> Vec<String> {
                 if *rw { "read-write" } else { "read-only" },
                 src.display()
             ),
+            Mount::NoLinks { src, dest } => {
+                format!("{} read-only (from {})", dest.display(), src.display())
+            }
             Mount::Tmpfs { dest, size, .. } => {
                 format!("{} fresh tmpfs, at most {} MiB", dest.display(), size >> 20)
             }

@@ -33,6 +33,9 @@ pub(super) struct Gated {
 /// The tool name of approvals for runner configuration.
 pub(super) const RUNNER_CONFIG: &str = "runner_config";
 
+/// The tool name of approvals for changes to what set-up reads (issue 38).
+pub(super) const SETUP_CHANGE: &str = "setup_change";
+
 /// The tool name of approvals for new executables the plan names.
 pub(super) const NEW_EXECUTABLE: &str = "new_executable";
 
@@ -59,6 +62,7 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
     let mut refused = Vec::new();
     let mut asks = Vec::new();
     let mut executables = Vec::new();
+    let mut setup_asks = Vec::new();
     for path in wt.changed_paths()? {
         let old = led.svc.repo.read_file_at(&head, &path)?;
         let was_executable = led.svc.repo.executable_at(&head, &path)?;
@@ -77,6 +81,28 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
         }
         let Some(why) = runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command)
         else {
+            // What set-up reads decides what is installed and what runs while installing: a
+            // change to it decides its own verification only once a person lets it (the
+            // deciding runs then get a fresh set-up of the committed tree, issue 38).
+            if led.rec.setup.is_some()
+                && let Some((_, why)) = super::environment::setup_inputs(
+                    led.rec.setup.as_ref(),
+                    std::slice::from_ref(&path),
+                )
+                .pop()
+            {
+                match policy.runner_config.0 {
+                    Decision::Allow => {}
+                    Decision::Forbid => refused.push((
+                        path,
+                        format!(
+                            "{why}; changing what set-up reads is forbidden ({}, {})",
+                            policy.runner_config.1.rule, policy.runner_config.1.origin
+                        ),
+                    )),
+                    Decision::Ask => setup_asks.push(format!("`{path}` at {approved}: {why}")),
+                }
+            }
             continue;
         };
         match policy.runner_config.0 {
@@ -117,6 +143,22 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
         if !approved {
             gated.pending = Some(Approval::pending(
                 RUNNER_CONFIG,
+                &subject,
+                RiskTier::High,
+                vec![policy.runner_config.1.clone()],
+            ));
+        }
+    }
+    if !setup_asks.is_empty() && gated.pending.is_none() {
+        let subject = setup_asks.join("; ");
+        let approved = led
+            .rec
+            .approvals
+            .iter()
+            .any(|a| a.approves(SETUP_CHANGE, &subject));
+        if !approved {
+            gated.pending = Some(Approval::pending(
+                SETUP_CHANGE,
                 &subject,
                 RiskTier::High,
                 vec![policy.runner_config.1.clone()],

@@ -227,6 +227,7 @@ pub(super) fn new_record(
         integrity: None,
         attribution: Default::default(),
         setup: None,
+        setup_run: None,
         fingerprints: Default::default(),
         flaky: Default::default(),
     };
@@ -388,6 +389,10 @@ impl<'a> Active<'a> {
     /// and leaves the worktree where it is (gc removes it later).
     fn release_worktree(&mut self) {
         let svc = self.led.svc;
+        if self.led.rec.state.is_terminal() {
+            // The run's private set-ups (issue 38) serve nothing once it has ended.
+            environment::remove_private(svc, &self.led.rec.run_id);
+        }
         if !svc.warm_pool || !self.led.rec.state.is_terminal() {
             return;
         }
@@ -501,8 +506,14 @@ impl<'a> Active<'a> {
     async fn environment(&mut self, cmd: &verify::TestCommand) -> Result<bool> {
         let base = self.led.svc.repo.resolve(&self.led.rec.base_sha)?;
         let started = std::time::Instant::now();
-        let prepared =
-            environment::ensure(&mut self.led, base, Some(cmd), "before the baseline").await?;
+        let prepared = environment::ensure(
+            &mut self.led,
+            base,
+            Some(cmd),
+            "before the baseline",
+            environment::Scope::Base,
+        )
+        .await?;
         let (led, bench) = self.parts()?;
         let problem = match prepared {
             Prepared::Nothing => return Ok(true),

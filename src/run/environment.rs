@@ -42,25 +42,73 @@ pub(super) enum Prepared {
 
 /// The directory holding every cache entry of this repository.
 fn cache_root(led: &Ledger<'_>) -> Result<PathBuf> {
-    let state = led.svc.repo.state_dir().ok_or_else(|| {
-        Error::Invalid("set-up needs a state directory (the front door names one)".into())
-    })?;
-    Ok(state.join("setup").join(led.svc.repo.key()))
+    Ok(state_dir(led)?.join("setup").join(led.svc.repo.key()))
 }
 
-/// Set the environment up for `commit` (the base, or a snapshot of the run's tree after a
-/// manifest changed), or find it in the cache. `test` is the run's test command.
+fn state_dir(led: &Ledger<'_>) -> Result<PathBuf> {
+    led.svc
+        .repo
+        .state_dir()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| {
+            Error::Invalid("set-up needs a state directory (the front door names one)".into())
+        })
+}
+
+/// The directory of a run's private set-ups: never in the shared cache, removed when the
+/// run ends ([`remove_private`]).
+fn private_root(state: &Path, run_id: &str) -> PathBuf {
+    state.join("setup-runs").join(run_id)
+}
+
+/// Remove the run's private set-ups (it ended: nothing will use them again).
+pub(super) fn remove_private(svc: &super::engine::Services, run_id: &str) {
+    let Some(state) = svc.repo.state_dir() else {
+        return;
+    };
+    let dir = private_root(state, run_id);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => tracing::debug!(dir = %dir.display(), "private set-up removed"),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a private set-up")
+        }
+    }
+}
+
+/// Whose environment a set-up makes, and so who may reuse it (issue 38).
+pub(super) enum Scope<'b> {
+    /// The base revision's, in the shared cache: every run on its key reuses it, so only a
+    /// pristine checkout of the run's base commit may make it.
+    Base,
+    /// A tree of the run's (a snapshot after it changed what set-up reads, or the committed
+    /// tree a person approved): made fresh under the run's private directory with the
+    /// base's ecosystems and network, never cached, never seen by another run.
+    Run {
+        /// The base's environment: its ecosystems and network bound this one.
+        base: &'b SetupRecord,
+    },
+}
+
+/// Set the environment up for `commit`, or find the base's in the cache. `test` is the
+/// run's test command.
 pub(super) async fn ensure(
     led: &mut Ledger<'_>,
     commit: gix::ObjectId,
     test: Option<&TestCommand>,
     reason: &str,
+    scope: Scope<'_>,
 ) -> Result<Prepared> {
     let svc = led.svc;
     let started = Instant::now();
+    if matches!(scope, Scope::Base) && commit != svc.repo.resolve(&led.rec.base_sha)? {
+        return Err(Error::Invalid(format!(
+            "a shared set-up is made only from the run's base, not {commit}"
+        )));
+    }
     let name = format!("{}-setup", led.rec.run_id);
     let tree = svc.repo.clean_checkout(&name, commit)?;
-    let result = ensure_in(led, tree.path(), test, reason, started).await;
+    let result = ensure_in(led, tree.path(), test, reason, scope, started).await;
     if let Err(e) = tree.remove() {
         tracing::warn!(error = %e, "cannot remove the set-up checkout");
     }
@@ -72,12 +120,24 @@ async fn ensure_in(
     root: &Path,
     test: Option<&TestCommand>,
     reason: &str,
+    scope: Scope<'_>,
     started: Instant,
 ) -> Result<Prepared> {
     let svc = led.svc;
     let cfg = &svc.config.settings.setup;
     let path_var = std::env::var_os("PATH");
-    let plan = match verify::setup_plan(root, cfg, test, path_var.as_deref()) {
+    let planned = match &scope {
+        Scope::Base => verify::setup_plan(root, cfg, test, path_var.as_deref()),
+        Scope::Run { base } => verify::setup_plan_like_base(
+            root,
+            cfg,
+            test,
+            path_var.as_deref(),
+            &base.ecosystems,
+            &base.network,
+        ),
+    };
+    let plan = match planned {
         Ok(Some(p)) => p,
         Ok(None) => return Ok(Prepared::Nothing),
         Err(e) => {
@@ -89,77 +149,36 @@ async fn ensure_in(
         }
     };
     let key = plan.key(root).map_err(|e| Error::Invalid(e.to_string()))?;
-    let parent = cache_root(led)?;
+    let private = matches!(scope, Scope::Run { .. });
+    let (parent, dir) = if private {
+        let parent = private_root(&state_dir(led)?, &led.rec.run_id);
+        let n = led.rec.setup.as_ref().map_or(0, |s| s.runs.len());
+        let dir = parent.join(format!("{key}-{n}"));
+        (parent, dir)
+    } else {
+        let parent = cache_root(led)?;
+        let dir = parent.join(&key);
+        (parent, dir)
+    };
     std::fs::create_dir_all(&parent).map_err(|e| Error::io("cannot create", &parent, e))?;
-    let dir = parent.join(&key);
-    let _lock = lock(&parent.join(format!("{key}.lock"))).await?;
+    // A private set-up is the run's alone; the lock keeps two runs from making (or one from
+    // evicting) a shared entry at once.
+    let _lock = if private {
+        None
+    } else {
+        Some(lock(&parent.join(format!("{key}.lock"))).await?)
+    };
     let done = dir.join("done.json");
-    let cached = done.is_file();
+    let cached = !private && done.is_file();
     if cached {
         // Least recently used goes first: a use is a touch.
         let _ = std::fs::File::options()
             .append(true)
             .open(&done)
             .and_then(|f| f.set_modified(SystemTime::now()));
-    } else {
-        if dir.exists() {
-            // Half an environment from a crash or a failed set-up: never reused.
-            std::fs::remove_dir_all(&dir).map_err(|e| Error::io("cannot remove", &dir, e))?;
-        }
-        std::fs::create_dir_all(dir.join("outputs"))
-            .map_err(|e| Error::io("cannot create", &dir, e))?;
-        if let Some(o) = plan.outputs.iter().find(|o| root.join(o).exists()) {
-            // An output is what set-up makes; one the checkout already holds would cover the
-            // run's own files with the base's, read-only, in every later command.
-            let _ = std::fs::remove_dir_all(&dir);
-            return Ok(Prepared::Failed {
-                why: format!(
-                    "setup.outputs names {}, which the repository itself holds; name only what set-up makes",
-                    o.display()
-                ),
-                lines: Vec::new(),
-                commands: plan.commands.clone(),
-            });
-        }
-        led.audit(
-            Kind::Setup,
-            json!({"event": "start", "reason": reason, "key": key, "commands": plan.commands, "network": plan.network, "why": plan.why}),
-        )?;
-        if let Some(failed) = run_commands(led, root, &plan, &dir).await? {
-            let _ = std::fs::remove_dir_all(&dir);
-            led.audit(
-                Kind::Setup,
-                json!({"event": "failed", "key": key, "why": failed.0}),
-            )?;
-            return Ok(Prepared::Failed {
-                why: failed.0,
-                lines: failed.1,
-                commands: plan.commands.clone(),
-            });
-        }
-        for o in &plan.outputs {
-            let from = root.join(o);
-            let to = dir.join("outputs").join(o);
-            if !from.is_dir() {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Ok(Prepared::Failed {
-                    why: format!("set-up made no {} (named in setup.outputs)", o.display()),
-                    lines: Vec::new(),
-                    commands: plan.commands.clone(),
-                });
-            }
-            if let Some(p) = to.parent() {
-                std::fs::create_dir_all(p).map_err(|e| Error::io("cannot create", p, e))?;
-            }
-            std::fs::rename(&from, &to).map_err(|e| Error::io("cannot keep", &from, e))?;
-        }
-        let meta = json!({"key": key, "commands": plan.commands, "key_files": plan.key_files, "made_ms": started.elapsed().as_millis() as u64});
-        crate::fsutil::write_atomic(
-            &done,
-            meta.to_string().as_bytes(),
-            crate::fsutil::Durability::Durable,
-        )
-        .map_err(|e| Error::io("cannot write", &done, e))?;
+    } else if let Some(failed) = make(led, root, &plan, &key, &dir, reason).await? {
+        return Ok(failed);
+    } else if !private {
         evict(&svc.config.settings.setup, &parent, &dir);
     }
     let duration_ms = started.elapsed().as_millis() as u64;
@@ -176,17 +195,11 @@ async fn ensure_in(
         key: key.clone(),
         cached,
         duration_ms,
+        private,
     };
-    let mut runs = led
-        .rec
-        .setup
-        .as_ref()
-        .map(|s| s.runs.clone())
-        .unwrap_or_default();
-    runs.push(run);
     led.audit(
         Kind::Setup,
-        json!({"event": "ready", "key": key, "cached": cached, "duration_ms": duration_ms}),
+        json!({"event": "ready", "key": key, "cached": cached, "private": private, "duration_ms": duration_ms}),
     )?;
     Ok(Prepared::Ready(SetupRecord {
         key,
@@ -195,11 +208,84 @@ async fn ensure_in(
         network: plan.network.clone(),
         key_files: plan.key_files.clone(),
         outputs: plan.outputs.clone(),
+        ecosystems: plan.ecosystems.clone(),
         path: plan.path.iter().map(|p| PathBuf::from(expand(p))).collect(),
         env,
         python_packages: plan.python_packages.clone(),
-        runs,
+        runs: vec![run],
     }))
+}
+
+/// Run the plan in `root` into a fresh entry `dir` and keep its outputs there; the entry is
+/// complete once `done.json` is written. `Some(failure)` when it could not be made (the
+/// entry is then removed).
+async fn make(
+    led: &mut Ledger<'_>,
+    root: &Path,
+    plan: &SetupPlan,
+    key: &str,
+    dir: &Path,
+    reason: &str,
+) -> Result<Option<Prepared>> {
+    let failed = |why: String, lines: Vec<String>| {
+        let _ = std::fs::remove_dir_all(dir);
+        Prepared::Failed {
+            why,
+            lines,
+            commands: plan.commands.clone(),
+        }
+    };
+    if dir.exists() {
+        // Half an environment from a crash or a failed set-up: never reused.
+        std::fs::remove_dir_all(dir).map_err(|e| Error::io("cannot remove", dir, e))?;
+    }
+    std::fs::create_dir_all(dir.join("outputs")).map_err(|e| Error::io("cannot create", dir, e))?;
+    if let Some(o) = plan.outputs.iter().find(|o| root.join(o).exists()) {
+        // An output is what set-up makes; one the checkout already holds would cover the
+        // run's own files with the base's, read-only, in every later command.
+        return Ok(Some(failed(
+            format!(
+                "setup.outputs names {}, which the repository itself holds; name only what set-up makes",
+                o.display()
+            ),
+            Vec::new(),
+        )));
+    }
+    led.audit(
+        Kind::Setup,
+        json!({"event": "start", "reason": reason, "key": key, "commands": plan.commands, "network": plan.network, "why": plan.why}),
+    )?;
+    if let Some((why, lines)) = run_commands(led, root, plan, dir).await? {
+        led.audit(
+            Kind::Setup,
+            json!({"event": "failed", "key": key, "why": why}),
+        )?;
+        return Ok(Some(failed(why, lines)));
+    }
+    if let Err(why) = outputs_stay_outputs(root, dir, &plan.outputs) {
+        led.audit(
+            Kind::Setup,
+            json!({"event": "failed", "key": key, "why": why}),
+        )?;
+        return Ok(Some(failed(why, Vec::new())));
+    }
+    for o in &plan.outputs {
+        let from = root.join(o);
+        let to = dir.join("outputs").join(o);
+        if let Some(p) = to.parent() {
+            std::fs::create_dir_all(p).map_err(|e| Error::io("cannot create", p, e))?;
+        }
+        std::fs::rename(&from, &to).map_err(|e| Error::io("cannot keep", &from, e))?;
+    }
+    let meta = json!({"key": key, "commands": plan.commands, "key_files": plan.key_files});
+    let done = dir.join("done.json");
+    crate::fsutil::write_atomic(
+        &done,
+        meta.to_string().as_bytes(),
+        crate::fsutil::Durability::Durable,
+    )
+    .map_err(|e| Error::io("cannot write", &done, e))?;
+    Ok(None)
 }
 
 /// Run the plan's commands in `root` with `dir` writable and only the plan's network.
@@ -310,6 +396,40 @@ fn decisive_lines(led: &Ledger<'_>, out: &ExecOutput) -> Vec<String> {
         .collect()
 }
 
+/// Whether what set-up left can be kept as outputs: the entry's `outputs` directory is still
+/// the one the agent made, and each output is a directory the commands made in the
+/// checkout, reached with no symbolic link followed. A link (`node_modules -> /`, left by
+/// a dependency's `postinstall`) would be bound into every later command wherever it
+/// points. `Err(why)`, one line, when not.
+fn outputs_stay_outputs(
+    root: &Path,
+    dir: &Path,
+    outputs: &[PathBuf],
+) -> std::result::Result<(), String> {
+    if let Err(e) = crate::fsutil::dir_without_links(dir, Path::new("outputs")) {
+        return Err(format!(
+            "set-up replaced the cache entry's outputs directory ({}); refused",
+            crate::fsutil::link_refusal(&e)
+        ));
+    }
+    for o in outputs {
+        if let Err(e) = crate::fsutil::dir_without_links(root, o) {
+            let why = match e.raw_os_error() {
+                Some(libc::ENOENT) => {
+                    format!("set-up made no {} (named in setup.outputs)", o.display())
+                }
+                _ => format!(
+                    "set-up output {} is refused: {}; an output must be a directory the set-up made",
+                    o.display(),
+                    crate::fsutil::link_refusal(&e)
+                ),
+            };
+            return Err(why);
+        }
+    }
+    Ok(())
+}
+
 /// An exclusive lock on `path` (created), waited for without blocking the runtime.
 async fn lock(path: &Path) -> Result<std::fs::File> {
     let f = std::fs::File::options()
@@ -399,23 +519,33 @@ fn size_of(p: &Path) -> u64 {
     total
 }
 
-/// Before a test run after the baseline: when the run changed what keys its environment (a
-/// manifest, a lockfile), set up again on the changed tree — the same sandbox and network
-/// rules, its own audited step — and use that environment from now on. A set-up that fails
-/// keeps the old environment and says so in the report; the tests then show the model what
-/// its change did.
+/// Before a test run in the worktree after the baseline: when the run changed what keys
+/// its environment (a manifest, a lockfile), set up again on a snapshot of its tree —
+/// privately, with the base's ecosystems and network, its own audited step — and give the
+/// worktree's commands that environment from now on, so the model sees what its change
+/// does. It never decides a verification, and no other run ever sees it (issue 38). Back
+/// on the base's key, the worktree gets the base's environment again. A set-up that fails
+/// keeps the old environment and says so in the report.
 pub(super) async fn refresh(
     led: &mut Ledger<'_>,
     bench: &super::setup::Workbench,
     cmd: &TestCommand,
 ) -> Result<()> {
-    let Some(current) = led.rec.setup.clone() else {
+    let Some(base) = led.rec.setup.clone() else {
         return Ok(());
     };
+    let current = led.rec.setup_run.clone().unwrap_or_else(|| base.clone());
     let root = bench.worktree.path();
     let cfg = &led.svc.config.settings.setup;
     let path_var = std::env::var_os("PATH");
-    let Ok(Some(plan)) = verify::setup_plan(root, cfg, Some(cmd), path_var.as_deref()) else {
+    let Ok(Some(plan)) = verify::setup_plan_like_base(
+        root,
+        cfg,
+        Some(cmd),
+        path_var.as_deref(),
+        &base.ecosystems,
+        &base.network,
+    ) else {
         return Ok(());
     };
     // What the tool calls and commands changed since the last checkpoint, never what only
@@ -437,16 +567,38 @@ pub(super) async fn refresh(
     if key == current.key {
         return Ok(());
     }
+    if key == base.key {
+        led.rec.setup_run = None;
+        led.rec
+            .notes
+            .push("The run's tree keys the base's environment again; its commands use it.".into());
+        led.save()?;
+        bench.use_environment(led)?;
+        return Ok(());
+    }
     let reason = format!(
         "the run changed what keys the set-up ({})",
         changed.join(", ")
     );
     let snapshot = bench.worktree.snapshot()?;
-    match ensure(led, snapshot, Some(cmd), &reason).await? {
-        Prepared::Ready(setup) => {
-            let line = format!("set up again: {reason}");
-            led.rec.setup = Some(setup);
-            led.rec.notes.push(format!("The environment was {line}."));
+    match ensure(
+        led,
+        snapshot,
+        Some(cmd),
+        &reason,
+        Scope::Run { base: &base },
+    )
+    .await?
+    {
+        Prepared::Ready(mine) => {
+            let line = format!("set up again, privately for the run's own tree: {reason}");
+            if let Some(b) = led.rec.setup.as_mut() {
+                b.runs.extend(mine.runs.iter().cloned());
+            }
+            led.rec.setup_run = Some(mine);
+            led.rec.notes.push(format!(
+                "The environment was {line}. Its commands in the worktree use it; the verification that decides uses the base's environment unless a person approves the change."
+            ));
             led.save()?;
             bench.use_environment(led)?;
             led.progress(super::engine::RunEvent::Setup {
@@ -463,6 +615,102 @@ pub(super) async fn refresh(
     Ok(())
 }
 
+/// The environment the deciding verification of `commit` (what would be committed) runs in.
+pub(super) enum Deciding {
+    /// The base's (`None`: the project needs no set-up).
+    Base(Option<SetupRecord>),
+    /// A fresh, private set-up of the committed tree: the change touches what set-up reads,
+    /// and the commit-time gate let it through (a person approved it, or the policy allows).
+    Fresh(SetupRecord),
+    /// That set-up could not be made: the change cannot be verified.
+    Failed(String),
+}
+
+impl Deciding {
+    /// The record the deciding runs get.
+    pub(super) fn record(&self) -> Option<&SetupRecord> {
+        match self {
+            Deciding::Base(s) => s.as_ref(),
+            Deciding::Fresh(s) => Some(s),
+            Deciding::Failed(_) => None,
+        }
+    }
+
+    /// One line for the integrity block.
+    pub(super) fn line(&self) -> Option<String> {
+        match self {
+            Deciding::Base(None) => None,
+            Deciding::Base(Some(s)) => Some(format!("the base's (key {})", s.key)),
+            Deciding::Fresh(s) => Some(format!(
+                "a fresh set-up of the committed tree (key {}), never cached: the change touches what set-up reads",
+                s.key
+            )),
+            Deciding::Failed(why) => Some(format!(
+                "none: setting up the committed tree failed ({why})"
+            )),
+        }
+    }
+}
+
+/// The environment that decides the verification of `commit`: the base's, unless `changed`
+/// (the paths the run changed from the base) touches what set-up reads — then a fresh set-up
+/// of exactly that tree, made now, private to the run, never the one the run's commands
+/// used while it worked (issue 38).
+pub(super) async fn deciding(
+    led: &mut Ledger<'_>,
+    commit: gix::ObjectId,
+    cmd: &TestCommand,
+    changed: &[String],
+) -> Result<Deciding> {
+    let Some(base) = led.rec.setup.clone() else {
+        return Ok(Deciding::Base(None));
+    };
+    let inputs = setup_inputs(Some(&base), changed);
+    if inputs.is_empty() {
+        return Ok(Deciding::Base(Some(base)));
+    }
+    let reason = format!(
+        "the deciding verification of a change to what set-up reads ({})",
+        inputs
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(
+        match ensure(led, commit, Some(cmd), &reason, Scope::Run { base: &base }).await? {
+            Prepared::Ready(fresh) => {
+                if let Some(b) = led.rec.setup.as_mut() {
+                    b.runs.extend(fresh.runs.iter().cloned());
+                }
+                Deciding::Fresh(fresh)
+            }
+            Prepared::Failed { why, .. } => Deciding::Failed(why),
+            Prepared::Nothing => Deciding::Base(Some(base)),
+        },
+    )
+}
+
+/// The paths among `changed` that set-up reads, each with why: a manifest, lockfile,
+/// requirement or package-manager configuration file by name (`verify::setup_input`), or a
+/// file the base's plan keys on.
+pub(super) fn setup_inputs(
+    setup: Option<&SetupRecord>,
+    changed: &[String],
+) -> Vec<(String, String)> {
+    changed
+        .iter()
+        .filter_map(|p| {
+            let why = verify::setup_input(p).map(String::from).or_else(|| {
+                setup
+                    .is_some_and(|s| s.key_files.iter().any(|k| k == Path::new(p)))
+                    .then(|| "a file the set-up's cache key covers".to_string())
+            })?;
+            Some((p.clone(), why))
+        })
+        .collect()
+}
+
 /// The executor options of a run's commands with its set-up in force: the entry bound
 /// read-only, its outputs bound into the worktree, its `PATH` and variables.
 pub(super) fn exec_options(base: &ExecOptions, setup: Option<&SetupRecord>) -> ExecOptions {
@@ -470,8 +718,11 @@ pub(super) fn exec_options(base: &ExecOptions, setup: Option<&SetupRecord>) -> E
     if let Some(s) = setup {
         opts.bind.push(s.dir.clone());
         for o in &s.outputs {
-            opts.project_binds
-                .push((s.dir.join("outputs").join(o), o.clone()));
+            opts.project_binds.push(crate::exec::ProjectBind {
+                base: s.dir.clone(),
+                src: Path::new("outputs").join(o),
+                dest: o.clone(),
+            });
         }
         opts.env.extend(s.env.iter().cloned());
         opts.path_prefix.extend(s.path.iter().cloned());

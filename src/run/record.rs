@@ -144,10 +144,15 @@ pub struct RunRecord {
     /// Baseline failures that passed when run again on their own: left out of decisions.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub flaky: std::collections::BTreeSet<String>,
-    /// The project's environment, as set up before the baseline (issue 19): every command
-    /// after it, the verification's included, gets it read-only.
+    /// The project's environment, as set up on the base before the baseline (issue 19):
+    /// every command gets it read-only, and it decides the verification (issue 38).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<SetupRecord>,
+    /// The environment of the run's own tree, once the run changed what set-up reads: made
+    /// privately for this run (never cached, never another run's) and in force for the
+    /// worktree's commands only. It never decides a verification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_run: Option<SetupRecord>,
 }
 
 /// The set-up a run's commands stand on, and each time it ran.
@@ -165,6 +170,10 @@ pub struct SetupRecord {
     pub key_files: Vec<PathBuf>,
     /// Project paths mounted read-only into worktrees from the entry's `outputs/`.
     pub outputs: Vec<PathBuf>,
+    /// The ecosystems its plan was detected for: a set-up of the run's own tree gets these
+    /// and no more (issue 38).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ecosystems: Vec<crate::verify::Ecosystem>,
     /// `PATH` entries for later commands, expanded.
     pub path: Vec<PathBuf>,
     /// Variables for later commands, expanded.
@@ -186,6 +195,11 @@ impl SetupRecord {
             .map(|r| {
                 let how = if r.cached {
                     "reused from the cache".to_string()
+                } else if r.private {
+                    format!(
+                        "set up privately for the run's own tree in {:.1} s",
+                        r.duration_ms as f64 / 1000.0
+                    )
                 } else {
                     format!("set up in {:.1} s", r.duration_ms as f64 / 1000.0)
                 };
@@ -218,6 +232,9 @@ pub struct SetupRun {
     pub cached: bool,
     /// Wall-clock milliseconds, commands and checkout included.
     pub duration_ms: u64,
+    /// Made for the run's own tree, privately (not in the shared cache).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 impl RunRecord {

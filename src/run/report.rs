@@ -109,6 +109,10 @@ pub struct Integrity {
     pub reproduced: bool,
     /// Files left out of the commit because only the test command wrote them.
     pub excluded: Vec<String>,
+    /// The environment the deciding runs had: the base's, or a fresh set-up of the committed
+    /// tree when the change touches what set-up reads (`None`: no set-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
     /// Tests that failed before and still fail, unrelated to the change (not blocking).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preexisting: Vec<String>,
@@ -260,6 +264,12 @@ fn integrity_block(i: &Integrity) -> String {
         out.push_str(&format!(
             "- Runner configuration changed: {}\n",
             lines.join("; ")
+        ));
+    }
+    if let Some(env) = &i.environment {
+        out.push_str(&format!(
+            "- Environment of the deciding runs: {}\n",
+            cell(env)
         ));
     }
     if !i.preexisting.is_empty() {
@@ -701,6 +711,7 @@ mod tests {
                 ],
             }],
             runner_config: vec!["`conftest.py` is pytest's hooks and fixtures (approved by ada)".into()],
+            environment: None,
             clean_tree: Some("2 passed, 0 failed; the 1 that failed before now passes; none newly failing".into()),
             held_out: Some("1 passed, 1 failed; 1 still failing; none newly failing (test files as in the base: `tests/test_calc.py`)".into()),
             reproduction: None,

@@ -113,9 +113,11 @@ impl Workbench {
     }
 }
 
-/// The executor options of the run's commands: the front door's, with the run's set-up.
+/// The executor options of the run's commands in its worktree: the front door's, with the
+/// environment of the run's own tree when it set one up, else the base's.
 fn exec_options(led: &Ledger<'_>) -> ExecOptions {
-    super::environment::exec_options(&led.svc.exec_options, led.rec.setup.as_ref())
+    let setup = led.rec.setup_run.as_ref().or(led.rec.setup.as_ref());
+    super::environment::exec_options(&led.svc.exec_options, setup)
 }
 
 /// An executor whose inner executor can be replaced while the tools hold it.
@@ -163,12 +165,15 @@ pub(super) fn bounded(
 }
 
 /// An executor like the run's, rooted at `dir` (a clean checkout the final verification
-/// runs in): same sandbox, same limits, same deadline.
-pub(super) fn executor_at(led: &Ledger<'_>, dir: &std::path::Path) -> Result<Arc<dyn Executor>> {
-    Ok(bounded(
-        led.svc,
-        Arc::new(LocalExecutor::new(dir, exec_options(led))?),
-    ))
+/// runs in): same sandbox, same limits, same deadline, and `setup`, the environment that
+/// decides (never the one the run's own tree was set up in while it worked).
+pub(super) fn executor_at(
+    led: &Ledger<'_>,
+    dir: &std::path::Path,
+    setup: Option<&super::record::SetupRecord>,
+) -> Result<Arc<dyn Executor>> {
+    let opts = super::environment::exec_options(&led.svc.exec_options, setup);
+    Ok(bounded(led.svc, Arc::new(LocalExecutor::new(dir, opts)?)))
 }
 
 #[cfg(test)]

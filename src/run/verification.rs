@@ -451,8 +451,30 @@ pub(super) async fn final_check(
     }
     let name = format!("{}-verify", led.rec.run_id);
 
+    // The environment that decides: the base's, or — for a change to what set-up reads
+    // that got past the gate — a fresh set-up of exactly this tree (issue 38).
+    let deciding = super::environment::deciding(led, snapshot, cmd, &paths).await?;
+    integrity.environment = deciding.line();
+    if let super::environment::Deciding::Failed(why) = &deciding {
+        led.rec.integrity = Some(integrity);
+        return Ok(Verdict::failed(format!(
+            "Your change touches what the project's set-up reads, and setting up the committed \
+             tree afresh failed: {why}. Fix the manifest or requirement files you changed."
+        )));
+    }
+    let env = deciding.record();
+
     // 3. A clean checkout of what would be committed.
-    let clean = run_clean(led, &name, snapshot, cmd, Check::Clean(attempt), &paths).await?;
+    let clean = run_clean(
+        led,
+        &name,
+        snapshot,
+        cmd,
+        Check::Clean(attempt),
+        &paths,
+        env,
+    )
+    .await?;
     integrity.clean_tree = Some(clean.line.result.clone());
     integrity
         .preexisting
@@ -494,7 +516,16 @@ pub(super) async fn final_check(
         let mut parts = Vec::new();
         if !held_out.is_empty() {
             let commit = svc.repo.overlay(snapshot, base, &held_out)?;
-            let run = run_clean(led, &name, commit, cmd, Check::HeldOut(attempt), &paths).await?;
+            let run = run_clean(
+                led,
+                &name,
+                commit,
+                cmd,
+                Check::HeldOut(attempt),
+                &paths,
+                env,
+            )
+            .await?;
             ok = run.decision.success;
             parts.push(format!(
                 "{} (test files as in the base: {})",
@@ -616,7 +647,8 @@ pub(super) async fn final_check(
             });
         } else {
             let commit = svc.repo.overlay(base, snapshot, &test_paths)?;
-            let run = run_clean(led, &name, commit, cmd, Check::OnBase(attempt), &paths).await?;
+            let run =
+                run_clean(led, &name, commit, cmd, Check::OnBase(attempt), &paths, env).await?;
             let failing_on_base: Vec<String> = new_tests
                 .iter()
                 .filter(|n| fails_for_real(run.obs.report.as_ref(), n))
@@ -655,7 +687,8 @@ pub(super) async fn final_check(
     })
 }
 
-/// Check `commit` out afresh as `name`, run the tests there and remove the checkout.
+/// Check `commit` out afresh as `name`, run the tests there in the deciding environment
+/// `env` and remove the checkout.
 async fn run_clean(
     led: &mut Ledger<'_>,
     name: &str,
@@ -663,10 +696,11 @@ async fn run_clean(
     cmd: &TestCommand,
     check: Check,
     changed: &[String],
+    env: Option<&super::record::SetupRecord>,
 ) -> Result<TestRun> {
     let svc = led.svc;
     let tree = svc.repo.clean_checkout(name, commit)?;
-    let executor = setup::executor_at(led, tree.path())?;
+    let executor = setup::executor_at(led, tree.path(), env)?;
     let run = run_tests_at(led, executor.as_ref(), tree.path(), cmd, check, changed).await;
     drop(executor);
     if let Err(e) = tree.remove() {

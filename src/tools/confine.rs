@@ -15,6 +15,8 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
+use crate::fsutil::openat2;
+
 /// Largest file a tool reads into memory.
 pub const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -100,47 +102,6 @@ fn io_err(path: &str, e: io::Error) -> ConfineError {
             path: path.to_string(),
             source: e,
         },
-    }
-}
-
-/// `openat2(dirfd, path, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | extra)`.
-fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
-    let c = CString::new(if rel.as_os_str().is_empty() {
-        b".".to_vec()
-    } else {
-        rel.as_os_str().as_bytes().to_vec()
-    })
-    .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: `open_how` is plain integers; all-zero is a valid value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.mode = if flags & libc::O_CREAT != 0 {
-        mode as u64
-    } else {
-        0
-    };
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | resolve;
-    loop {
-        // SAFETY: `c` is a valid NUL-terminated string and `how` a valid `open_how` of the size
-        // passed; the kernel returns a new descriptor we take ownership of, or -1.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: the syscall succeeded, so `fd` is an open descriptor nobody else owns.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        return Err(e);
     }
 }
 

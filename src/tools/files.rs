@@ -92,11 +92,19 @@ fn record_change(ctx: &ToolContext, path: &str, action: ChangeAction) -> bool {
 /// Said when a write touches the test runner's configuration by name: the change is allowed
 /// here, but it will need a person's approval (or be refused) before the run can be verified.
 fn runner_note(ctx: &ToolContext, rel: &str) -> String {
-    match crate::policy::runner_config_by_name(rel) {
-        Some(why) if ctx.policy.runner_config.0 != Decision::Allow => format!(
+    if ctx.policy.runner_config.0 == Decision::Allow {
+        return String::new();
+    }
+    if let Some(why) = crate::policy::runner_config_by_name(rel) {
+        return format!(
             " (note: {why}, the test runner's configuration; a change to it needs a person's approval before the run can be verified — change the code instead if you can)"
+        );
+    }
+    match crate::verify::setup_input(rel) {
+        Some(why) => format!(
+            " (note: {why}; a change to what the project's set-up reads needs a person's approval before the run can be verified, which then sets the committed tree up afresh — change the code instead if you can)"
         ),
-        _ => String::new(),
+        None => String::new(),
     }
 }
 

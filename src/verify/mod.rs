@@ -38,5 +38,6 @@ pub use junit::parse_junit_xml;
 pub use parse::{Counts, Format, Names, TestReport, parse_output, strip_ansi};
 pub use setup::{
     ENV_VAR as SETUP_ENV_VAR, Ecosystem, SetupPlan, expand as expand_setup_env, plan as setup_plan,
+    plan_like_base as setup_plan_like_base, setup_input,
 };
 pub use summary::failure_summary;

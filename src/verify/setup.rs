@@ -72,6 +72,41 @@ pub fn plan(
     test: Option<&TestCommand>,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<Option<SetupPlan>> {
+    plan_with(root, cfg, test, path_var, None)
+}
+
+/// The plan for a run's own tree at `root` (after the run changed what set-up reads): what
+/// [`plan`] finds there, but only for the ecosystems the base's plan had and with the base's
+/// network. A manifest the run adds (an empty `go.mod`) never adds a registry, so nothing a
+/// run writes widens what a set-up may reach (issue 38).
+pub fn plan_like_base(
+    root: &Path,
+    cfg: &SetupConfig,
+    test: Option<&TestCommand>,
+    path_var: Option<&std::ffi::OsStr>,
+    ecosystems: &[Ecosystem],
+    network: &[String],
+) -> Result<Option<SetupPlan>> {
+    let Some(mut p) = plan_with(root, cfg, test, path_var, Some(ecosystems))? else {
+        return Ok(None);
+    };
+    p.network = network.to_vec();
+    Ok(Some(p))
+}
+
+fn plan_with(
+    root: &Path,
+    cfg: &SetupConfig,
+    test: Option<&TestCommand>,
+    path_var: Option<&std::ffi::OsStr>,
+    only: Option<&[Ecosystem]>,
+) -> Result<Option<SetupPlan>> {
+    let detect = |root: &Path| -> Vec<Ecosystem> {
+        detect_ecosystems(root)
+            .into_iter()
+            .filter(|e| only.is_none_or(|o| o.contains(e)))
+            .collect()
+    };
     if !cfg.enabled || cfg.commands.as_ref().is_some_and(Vec::is_empty) {
         return Ok(None);
     }
@@ -95,12 +130,12 @@ pub fn plan(
             p.why
                 .push("commands: [setup] commands in the configuration".into());
             p.key_files = matching(root, &cfg.key)?;
-            for e in detect_ecosystems(root) {
-                registries.push(registry(e).to_string());
+            for e in detect(root) {
+                registries.extend(registry(e).map(String::from));
             }
         }
         None => {
-            for e in detect_ecosystems(root) {
+            for e in detect(root) {
                 let added = match e {
                     Ecosystem::Python => python(root, test, &mut p)?,
                     Ecosystem::JavaScript => javascript(root, &mut p)?,
@@ -109,7 +144,7 @@ pub fn plan(
                 };
                 if added {
                     p.ecosystems.push(e);
-                    registries.push(registry(e).to_string());
+                    registries.extend(registry(e).map(String::from));
                 }
             }
             p.key_files.extend(matching(root, &cfg.key)?);
@@ -208,6 +243,54 @@ impl SetupPlan {
     }
 }
 
+/// Why set-up reads `path` (repository-relative), when it is a file any ecosystem's set-up
+/// reads by its name, at any depth: manifests and the build code they name, lockfiles,
+/// requirement and constraint files, the package managers' own configuration. A change to
+/// one changes what is installed and what runs while installing, so it never decides its
+/// own verification unless a person approves it (issue 38).
+pub fn setup_input(path: &str) -> Option<&'static str> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let in_requirements_dir = path
+        .split('/')
+        .rev()
+        .skip(1)
+        .any(|c| c == "requirements" || c == "requirements.d");
+    Some(match name {
+        "pyproject.toml" | "setup.py" | "setup.cfg" => {
+            "a Python package's dependencies and build code (set-up installs and runs it)"
+        }
+        "Pipfile" | "Pipfile.lock" | "poetry.lock" | "uv.lock" | "pdm.lock" | "pylock.toml" => {
+            "a Python lockfile (what set-up installs)"
+        }
+        "pip.conf" | ".pip.conf" => "pip's configuration (where set-up installs from)",
+        "package.json" => {
+            "a JavaScript package's dependencies and lifecycle scripts (set-up runs them)"
+        }
+        "package-lock.json"
+        | "npm-shrinkwrap.json"
+        | "pnpm-lock.yaml"
+        | "yarn.lock"
+        | "bun.lockb"
+        | "bun.lock" => "a JavaScript lockfile (what set-up installs)",
+        ".npmrc"
+        | ".yarnrc"
+        | ".yarnrc.yml"
+        | "pnpm-workspace.yaml"
+        | ".pnpmfile.cjs"
+        | ".pnpmfile.mjs" => "a package manager's configuration (where and how set-up installs)",
+        "Cargo.toml" | "Cargo.lock" => "what cargo fetches and builds",
+        "go.mod" | "go.sum" | "go.work" | "go.work.sum" => "what go downloads",
+        _ if (name.ends_with(".txt") || name.ends_with(".in"))
+            && (name.contains("requirements")
+                || name.starts_with("constraints")
+                || in_requirements_dir) =>
+        {
+            "a requirements file (what set-up installs, with what it includes)"
+        }
+        _ => return None,
+    })
+}
+
 /// `$GIT_AGENT_ENV` in `value` replaced by `dir`.
 pub fn expand(value: &str, dir: &Path) -> String {
     value
@@ -265,12 +348,15 @@ fn detect_ecosystems(root: &Path) -> Vec<Ecosystem> {
     out
 }
 
-fn registry(e: Ecosystem) -> &'static str {
+/// The registry an ecosystem's set-up may reach by default. The Go module proxy is none:
+/// it fetches any origin it is asked for (open egress), so set-up reaches it only when a
+/// person's own configuration names `go` in `setup.network` (issue 38).
+fn registry(e: Ecosystem) -> Option<&'static str> {
     match e {
-        Ecosystem::Python => "pypi",
-        Ecosystem::JavaScript => "npm",
-        Ecosystem::Rust => "crates",
-        Ecosystem::Go => "go",
+        Ecosystem::Python => Some("pypi"),
+        Ecosystem::JavaScript => Some("npm"),
+        Ecosystem::Rust => Some("crates"),
+        Ecosystem::Go => None,
     }
 }
 
@@ -599,7 +685,10 @@ fn go(root: &Path, p: &mut SetupPlan) -> bool {
         }
     }
     p.why.push(
-        "go: `go mod download` into a module cache in the cache; no module proxy after it".into(),
+        "go: `go mod download` into a module cache in the cache; no module proxy after it (the \
+         proxy fetches any origin: set-up reaches it only when your own configuration names \
+         \"go\" in setup.network)"
+            .into(),
     );
     true
 }
@@ -641,6 +730,37 @@ fn matching(root: &Path, globs: &[String]) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn setup_inputs_by_name_at_any_depth() {
+        for p in [
+            "pyproject.toml",
+            "plugins/x/setup.py",
+            "requirements.txt",
+            "requirements/tests.txt",
+            "ci/requirements/nested.in",
+            "dev-requirements.txt",
+            "constraints.txt",
+            ".npmrc",
+            "packages/a/package.json",
+            "yarn.lock",
+            "Cargo.toml",
+            "crates/x/Cargo.toml",
+            "go.mod",
+            "uv.lock",
+        ] {
+            assert!(setup_input(p).is_some(), "{p}");
+        }
+        for p in [
+            "src/app.py",
+            "README.md",
+            "tests/test_req.py",
+            "docs/notes.txt",
+            "setup_helpers.py",
+        ] {
+            assert_eq!(setup_input(p), None, "{p}");
+        }
+    }
 
     fn write(root: &Path, files: &[(&str, &str)]) {
         for (f, text) in files {

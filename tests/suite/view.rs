@@ -731,3 +731,93 @@ fn without_user_namespaces_nothing_runs_and_the_error_names_the_fix() {
         Path_::NoUserns,
     );
 }
+
+// --- issue 38: a set-up output never carries a bind out of its entry ----------------------
+
+/// A set-up cache entry under the machine's state directory whose `outputs/node_modules` is
+/// a real directory holding one file.
+fn entry_with_output(m: &Machine) -> PathBuf {
+    let entry = m.root.join("state/setup/repo/k1");
+    std::fs::create_dir_all(entry.join("outputs/node_modules")).unwrap();
+    std::fs::write(entry.join("outputs/node_modules/ok.js"), "ok\n").unwrap();
+    entry
+}
+
+fn output_bind(entry: &Path) -> git_agent::exec::ProjectBind {
+    git_agent::exec::ProjectBind {
+        base: entry.to_path_buf(),
+        src: "outputs/node_modules".into(),
+        dest: "node_modules".into(),
+    }
+}
+
+#[test]
+#[ignore = "run by its outer tests"]
+fn inner_a_set_up_output_link_is_never_followed() {
+    let Some(path) = inner_path() else { return };
+    let m = machine();
+    let entry = entry_with_output(&m);
+    with_home(&m, || async {
+        // A link left where an output was (a dependency's `postinstall`: `node_modules -> /`),
+        // at the end or on the way, is refused when the executor is made.
+        let out = entry.join("outputs/node_modules");
+        std::fs::rename(&out, entry.join("outputs/real")).unwrap();
+        for (link, target) in [
+            ("outputs/node_modules", "/"),
+            ("outputs/node_modules", "../../../../.."),
+        ] {
+            std::os::unix::fs::symlink(target, entry.join(link)).unwrap();
+            let mut o = opts(path);
+            o.project_binds.push(output_bind(&entry));
+            let Err(err) = LocalExecutor::new(&m.worktree, o) else {
+                panic!("a link at {link} -> {target} was accepted")
+            };
+            assert!(err.to_string().contains("symbolic link"), "{err}");
+            std::fs::remove_file(entry.join(link)).unwrap();
+        }
+        std::fs::rename(entry.join("outputs/real"), &out).unwrap();
+        // Checked and found a directory, then swapped for a link before the command runs:
+        // the helper reaches the source without following links, so the command fails
+        // rather than see the host.
+        let mut o = opts(path);
+        o.project_binds.push(output_bind(&entry));
+        let exec = LocalExecutor::new(&m.worktree, o).unwrap();
+        let t = text(&sh(&exec, "cat node_modules/ok.js").await);
+        assert!(t.contains("ok"), "the output is bound: {t}");
+        std::fs::rename(&out, entry.join("outputs/was")).unwrap();
+        // Relative, as a hostile set-up would write it: resolved while the helper builds the
+        // view, it climbs to the helper's root and down into the host's (`/oldroot`).
+        let up = "../".repeat(entry.join("outputs").components().count());
+        let home = m.home.strip_prefix("/").unwrap();
+        std::os::unix::fs::symlink(format!("{up}oldroot/{}", home.display()), &out).unwrap();
+        let res = exec
+            .run(ExecRequest::shell(
+                "cat node_modules/.git-credentials; ls -a node_modules",
+            ))
+            .await;
+        let t = match res {
+            Ok(o) => text(&o),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            !t.contains(CANARY),
+            "a canary leaked through the output:\n{t}"
+        );
+        assert!(!t.contains(".ssh"), "the host's home was bound:\n{t}");
+    });
+}
+
+// Guards issue 38 (1) on the root path.
+#[test]
+fn a_set_up_output_link_is_never_followed_as_root() {
+    outer("inner_a_set_up_output_link_is_never_followed", Path_::Root);
+}
+
+// Guards issue 38 (1) on the unprivileged path.
+#[test]
+fn a_set_up_output_link_is_never_followed_unprivileged() {
+    outer(
+        "inner_a_set_up_output_link_is_never_followed",
+        Path_::Nobody,
+    );
+}
