@@ -471,6 +471,9 @@ fn python(root: &Path, test: Option<&TestCommand>, p: &mut SetupPlan) -> Result<
             p.key_files.push(f.into());
         }
     }
+    // Everything else the install reads: what the requirement files include, the local
+    // packages they name, the in-tree build backend (issue 38).
+    p.key_files.extend(python_reads(root, &reqs, doc.as_ref()));
     p.path.push(format!("{venv}/bin"));
     p.env.push(("VIRTUAL_ENV".into(), venv.clone()));
     // Relative entries are made absolute against the command's directory when Python
@@ -616,6 +619,7 @@ fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
     if has(".npmrc") {
         p.key_files.push(".npmrc".into());
     }
+    p.key_files.extend(javascript_reads(root, &doc));
     p.outputs.push("node_modules".into());
     p.why.push(format!(
         "javascript: `{command}` ({}); node_modules mounted read-only into the worktree",
@@ -695,6 +699,196 @@ fn go(root: &Path, p: &mut SetupPlan) -> bool {
 
 /// Files under `root` matching any of `globs` (relative, `/`-separated), sorted. Ignored
 /// and hidden directories are not walked, and the walk stops four levels down.
+/// Most files a set-up input directory (a local package, a build backend) contributes to
+/// the key; past it the rest are left out (a directory that large is a project, not a
+/// package it installs).
+const MAX_DIR_KEY_FILES: usize = 5_000;
+
+/// The files a Python install reads beyond the manifests: every requirement or constraint
+/// file `reqs` include (`-r`, `-c`, relative to the including file), every file of a local
+/// package they name (`./pkg`, `-e ./pkg`, `file:` URLs; relative to the project) and of the
+/// in-tree build backend (`[build-system] backend-path`). Only paths inside `root`; the
+/// project itself (`.`) is the manifests already.
+fn python_reads(root: &Path, reqs: &[PathBuf], pyproject: Option<&toml::Table>) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut queue: Vec<PathBuf> = reqs.to_vec();
+    let mut seen: Vec<PathBuf> = reqs.to_vec();
+    while let Some(req) = queue.pop() {
+        let Ok(text) = std::fs::read_to_string(root.join(&req)) else {
+            continue;
+        };
+        let here = req.parent().unwrap_or(Path::new(""));
+        for line in text.lines() {
+            let line = line.split(" #").next().unwrap_or("").trim();
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            match requirement_reference(line) {
+                Some(Reference::File(f)) => {
+                    if let Some(rel) = inside(root, &here.join(f))
+                        && root.join(&rel).is_file()
+                        && !seen.contains(&rel)
+                    {
+                        seen.push(rel.clone());
+                        files.push(rel.clone());
+                        queue.push(rel);
+                    }
+                }
+                Some(Reference::Dir(d)) => {
+                    if let Some(rel) = inside(root, Path::new(d))
+                        && !rel.as_os_str().is_empty()
+                        && root.join(&rel).is_dir()
+                    {
+                        dirs.push(rel);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+    let backend = pyproject
+        .and_then(|d| d.get("build-system"))
+        .and_then(|b| b.get("backend-path"))
+        .and_then(toml::Value::as_array);
+    for b in backend
+        .into_iter()
+        .flatten()
+        .filter_map(toml::Value::as_str)
+    {
+        if let Some(rel) = inside(root, Path::new(b)) {
+            dirs.push(rel);
+        }
+    }
+    for d in dirs {
+        files.extend(files_under(root, &d));
+    }
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// The files an install reads beyond the root manifest and lockfile: every file of a local
+/// package a dependency names (`file:`/`link:`, relative to the project) and each workspace's
+/// `package.json` (its lifecycle scripts run at install). Only paths inside `root`.
+fn javascript_reads(root: &Path, doc: &serde_json::Value) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for section in ["dependencies", "devDependencies", "optionalDependencies"] {
+        for v in doc
+            .get(section)
+            .and_then(|d| d.as_object())
+            .into_iter()
+            .flat_map(|o| o.values())
+            .filter_map(|v| v.as_str())
+        {
+            let Some(local) = v.strip_prefix("file:").or_else(|| v.strip_prefix("link:")) else {
+                continue;
+            };
+            if let Some(rel) = inside(root, Path::new(local))
+                && !rel.as_os_str().is_empty()
+            {
+                if root.join(&rel).is_dir() {
+                    out.extend(files_under(root, &rel));
+                } else if root.join(&rel).is_file() {
+                    out.push(rel);
+                }
+            }
+        }
+    }
+    let workspaces = doc.get("workspaces").and_then(|w| {
+        w.as_array()
+            .or_else(|| w.get("packages").and_then(|p| p.as_array()))
+    });
+    let globs: Vec<String> = workspaces
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str())
+        .filter(|w| !w.starts_with('/') && !w.split('/').any(|c| c == ".."))
+        .map(|w| format!("{}/package.json", w.trim_end_matches('/')))
+        .collect();
+    if let Ok(found) = matching(root, &globs) {
+        out.extend(found);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What a requirement line refers to in the tree.
+#[derive(Debug, PartialEq, Eq)]
+enum Reference<'a> {
+    /// Another requirement or constraint file (relative to the including file).
+    File(&'a str),
+    /// A local package directory (relative to the project).
+    Dir(&'a str),
+}
+
+fn requirement_reference(line: &str) -> Option<Reference<'_>> {
+    for flag in ["--requirement", "--constraint"] {
+        if let Some(rest) = line.strip_prefix(flag)
+            && (rest.starts_with(['=', ' ', '\t']))
+        {
+            return Some(Reference::File(rest.trim_start_matches('=').trim()));
+        }
+    }
+    for flag in ["-r", "-c"] {
+        // `-r file`, `-rfile`: pip takes both.
+        if let Some(rest) = line.strip_prefix(flag) {
+            let f = rest.trim();
+            return (!f.is_empty()).then_some(Reference::File(f));
+        }
+    }
+    let target = ["-e", "--editable"]
+        .iter()
+        .find_map(|f| line.strip_prefix(f))
+        .map(|r| r.trim_start_matches('=').trim())
+        .unwrap_or(line);
+    let target = target.strip_prefix("file:").unwrap_or(target);
+    let path = target.split(['[', ';', ' ']).next().unwrap_or(target);
+    let local = path.starts_with("./") || path.starts_with("../") || path == ".";
+    local.then_some(Reference::Dir(path))
+}
+
+/// `p` (relative to `root`) normalised, when it stays inside `root`.
+fn inside(root: &Path, p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    // A link inside the tree that leads out is not the tree's.
+    let real = std::fs::canonicalize(root.join(&out)).ok()?;
+    let top = std::fs::canonicalize(root).ok()?;
+    real.starts_with(&top).then_some(out)
+}
+
+/// The files under `dir` (relative to `root`), sorted, without version-control or cache
+/// directories, at most [`MAX_DIR_KEY_FILES`].
+fn files_under(root: &Path, dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = ignore::WalkBuilder::new(root.join(dir))
+        .standard_filters(false)
+        .filter_entry(|e| {
+            let n = e.file_name();
+            n != ".git" && n != "__pycache__" && n != "node_modules"
+        })
+        .build()
+        .flatten()
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter_map(|e| e.path().strip_prefix(root).ok().map(Path::to_path_buf))
+        .take(MAX_DIR_KEY_FILES)
+        .collect();
+    out.sort();
+    out
+}
+
 fn matching(root: &Path, globs: &[String]) -> Result<Vec<PathBuf>> {
     if globs.is_empty() {
         return Ok(Vec::new());
@@ -730,6 +924,107 @@ fn matching(root: &Path, globs: &[String]) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_covers_what_the_requirement_files_include_and_the_local_packages() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            &[
+                (
+                    "pyproject.toml",
+                    "[build-system]\nrequires = []\nbuild-backend = \"b\"\nbackend-path = [\"_build\"]\n[project]\nname = \"x\"\nversion = \"1\"\n",
+                ),
+                ("_build/b.py", "def build_wheel(*a): pass\n"),
+                (
+                    "requirements.txt",
+                    "-r ci/pins.txt\n# -r ignored.txt\n--constraint=constraints/c.txt\n",
+                ),
+                (
+                    "ci/pins.txt",
+                    "-r more.txt\n./localpkg\n-e ./editable[extra]\nfile:./viafile\nrequests==2.0 # ./not-a-path\n-r ../../outside.txt\n",
+                ),
+                ("ci/more.txt", "iniconfig\n"),
+                ("constraints/c.txt", "iniconfig<3\n"),
+                ("localpkg/setup.py", "print('build')\n"),
+                ("localpkg/pkg/__init__.py", ""),
+                ("editable/pyproject.toml", ""),
+                ("viafile/setup.cfg", ""),
+            ],
+        );
+        let p = plan(d.path(), &SetupConfig::default(), None, None)
+            .unwrap()
+            .unwrap();
+        for f in [
+            "requirements.txt",
+            "ci/pins.txt",
+            "ci/more.txt",
+            "constraints/c.txt",
+            "localpkg/setup.py",
+            "localpkg/pkg/__init__.py",
+            "editable/pyproject.toml",
+            "viafile/setup.cfg",
+            "_build/b.py",
+        ] {
+            assert!(
+                p.key_files.contains(&PathBuf::from(f)),
+                "{f}: {:?}",
+                p.key_files
+            );
+        }
+        assert!(
+            !p.key_files
+                .iter()
+                .any(|f| f.to_string_lossy().contains("outside"))
+        );
+        // A nested file's change changes the key, though no manifest did.
+        let before = p.key(d.path()).unwrap();
+        std::fs::write(d.path().join("ci/more.txt"), "./localpkg\n").unwrap();
+        assert_ne!(before, p.key(d.path()).unwrap());
+        std::fs::write(d.path().join("ci/more.txt"), "iniconfig\n").unwrap();
+        std::fs::write(d.path().join("_build/b.py"), "evil\n").unwrap();
+        assert_ne!(before, p.key(d.path()).unwrap());
+    }
+
+    #[test]
+    fn the_key_covers_local_javascript_packages_and_workspaces() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            &[
+                (
+                    "package.json",
+                    "{\"devDependencies\": {\"a\": \"file:./vendor/a\", \"b\": \"link:../outside\", \"c\": \"1.0.0\"}, \"workspaces\": [\"packages/*\"]}",
+                ),
+                ("package-lock.json", "{}"),
+                (
+                    "vendor/a/package.json",
+                    "{\"scripts\": {\"postinstall\": \"x\"}}",
+                ),
+                ("vendor/a/index.js", ""),
+                ("packages/p/package.json", "{}"),
+            ],
+        );
+        let p = plan(d.path(), &SetupConfig::default(), None, None)
+            .unwrap()
+            .unwrap();
+        for f in [
+            "vendor/a/package.json",
+            "vendor/a/index.js",
+            "packages/p/package.json",
+        ] {
+            assert!(
+                p.key_files.contains(&PathBuf::from(f)),
+                "{f}: {:?}",
+                p.key_files
+            );
+        }
+        assert!(
+            !p.key_files
+                .iter()
+                .any(|f| f.to_string_lossy().contains("outside"))
+        );
+    }
 
     #[test]
     fn setup_inputs_by_name_at_any_depth() {
