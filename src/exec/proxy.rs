@@ -1,9 +1,11 @@
 //! Per-domain egress: an HTTP(S) proxy that lets only allow-listed hosts through.
 //!
 //! `CONNECT host:port` opens a tunnel (HTTPS and anything else over TCP); a request with an
-//! absolute `http://` URI is forwarded with its request line rewritten to origin form. Each
-//! connection goes to the one host its first request named, so a keep-alive connection cannot
-//! be steered to another host afterwards. Refused hosts are recorded for the report.
+//! absolute `http://` URI is forwarded with its request line rewritten to origin form, its
+//! `Host` pinned to the URI's allowed authority and `Connection: close`: a plain-HTTP
+//! connection carries that one request and its body, so neither a forged `Host` nor a second
+//! request can reach another site behind the same server. Refused hosts are recorded for the
+//! report.
 //!
 //! The sandbox gives the command no route anywhere but this proxy: in `allowlist` mode the
 //! command runs in its own network namespace whose only listener is the proxy's socket.
@@ -185,26 +187,90 @@ impl EgressProxy {
             self.record(&host, port, method);
             return respond(&mut client, "403 Forbidden", &refusal(&host)).await;
         }
+        let headers: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
+        let Some(body_len) = body_length(&headers) else {
+            return respond(
+                &mut client,
+                "411 Length Required",
+                "only requests with no body or a Content-Length are proxied over plain HTTP\n",
+            )
+            .await;
+        };
         let Ok(mut upstream) = connect(&host, port).await else {
             return respond(&mut client, "502 Bad Gateway", "cannot reach upstream\n").await;
         };
-        let mut out = format!("{method} {path} {version}\r\n");
-        for line in lines.filter(|l| !l.is_empty()) {
-            let name = line.split(':').next().unwrap_or_default().trim();
-            if name.eq_ignore_ascii_case("proxy-connection")
-                || name.eq_ignore_ascii_case("proxy-authorization")
-            {
-                continue;
+        upstream
+            .write_all(forwarded_head(method, path, version, authority, &headers).as_bytes())
+            .await?;
+        // The body, and nothing after it: a second request on this connection, whatever
+        // `Host` it names, never reaches the upstream.
+        let first = rest.len().min(body_len);
+        upstream.write_all(&rest[..first]).await?;
+        let mut left = body_len - first;
+        let mut chunk = [0u8; 16 * 1024];
+        while left > 0 {
+            let n = client.read(&mut chunk[..left.min(16 * 1024)]).await?;
+            if n == 0 {
+                break;
             }
+            upstream.write_all(&chunk[..n]).await?;
+            left -= n;
+        }
+        tokio::io::copy(&mut upstream, &mut client).await?;
+        client.shutdown().await
+    }
+}
+
+/// The head of a plain-HTTP request as it goes upstream: origin form, `Host` pinned to the
+/// allowed authority (a `Host` naming another site behind the same server would reach that
+/// site: domain fronting), one request per connection, and no proxy credentials.
+fn forwarded_head(
+    method: &str,
+    path: &str,
+    version: &str,
+    authority: &str,
+    headers: &[&str],
+) -> String {
+    let mut out = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
+    for line in headers {
+        let name = line.split(':').next().unwrap_or_default().trim();
+        let dropped = [
+            "host",
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h));
+        if !dropped {
             out.push_str(line);
             out.push_str("\r\n");
         }
-        out.push_str("\r\n");
-        upstream.write_all(out.as_bytes()).await?;
-        upstream.write_all(&rest).await?;
-        tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
-        Ok(())
     }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+/// The request body's length from its headers: 0 without one, `None` when it cannot be
+/// known from `Content-Length` alone (chunked, or conflicting lengths).
+fn body_length(headers: &[&str]) -> Option<usize> {
+    let mut len: Option<usize> = None;
+    for line in headers {
+        let (name, value) = line.split_once(':').unwrap_or((line, ""));
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let v: usize = value.trim().parse().ok()?;
+            if len.is_some_and(|l| l != v) {
+                return None;
+            }
+            len = Some(v);
+        }
+    }
+    Some(len.unwrap_or(0))
 }
 
 fn refusal(host: &str) -> String {
@@ -267,6 +333,64 @@ mod tests {
         assert!(!p.allows("evil-example.org", 443));
         assert!(!p.allows("crates.io", 443));
         assert!(!p.allows("127.0.0.1", 8080));
+    }
+
+    /// Issue 38 (6): on the plain-HTTP path the upstream sees the allowed authority as
+    /// `Host`, whatever the client wrote, and only the first request of a connection.
+    #[tokio::test]
+    async fn plain_http_pins_host_and_forwards_one_request() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let seen = tokio::spawn(async move {
+            let (mut conn, _) = upstream.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Everything the proxy sends until it stops (it sends no second request).
+            while let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(500), conn.read(&mut chunk)).await
+            {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&chunk[..n]);
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        let proxy = EgressProxy::new(&[format!("127.0.0.1:{port}")]);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _serving = proxy.serve(listener);
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "GET http://127.0.0.1:{port}/a HTTP/1.1\r\nHost: evil.example\r\nConnection: keep-alive\r\n\r\nGET /b HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        );
+        client.write_all(req.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.ends_with("ok"), "{answer}");
+        let got = seen.await.unwrap();
+        assert!(got.starts_with("GET /a HTTP/1.1\r\n"), "{got}");
+        assert!(
+            got.contains(&format!("Host: 127.0.0.1:{port}\r\n")),
+            "{got}"
+        );
+        assert!(!got.contains("evil.example"), "{got}");
+        assert!(!got.contains("GET /b"), "{got}");
+        assert!(got.contains("Connection: close"), "{got}");
+    }
+
+    #[test]
+    fn a_body_is_forwarded_only_by_its_length() {
+        assert_eq!(body_length(&["Accept: x"]), Some(0));
+        assert_eq!(body_length(&["Content-Length: 12"]), Some(12));
+        assert_eq!(body_length(&["Transfer-Encoding: chunked"]), None);
+        assert_eq!(
+            body_length(&["Content-Length: 1", "content-length: 2"]),
+            None
+        );
     }
 
     #[test]

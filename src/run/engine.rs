@@ -410,6 +410,9 @@ impl<'a> Active<'a> {
     }
 
     async fn drive_inner(&mut self) -> Result<()> {
+        if self.resumed {
+            self.restore_environment().await?;
+        }
         loop {
             match self.led.rec.state {
                 RunState::Queued => {
@@ -500,6 +503,27 @@ impl<'a> Active<'a> {
         Ok(())
     }
 
+    /// A resumed run whose base environment left the cache while it was stopped (waiting
+    /// for a person, or after a crash: nothing held it) sets it up again from the base
+    /// before any command needs it.
+    async fn restore_environment(&mut self) -> Result<()> {
+        let gone = self
+            .led
+            .rec
+            .setup
+            .as_ref()
+            .is_some_and(|s| !s.dir.join("done.json").is_file());
+        if !gone || self.led.rec.state.is_terminal() {
+            return Ok(());
+        }
+        let Some(cmd) = verification::test_command(&self.led, self.test_from_flag)? else {
+            return Ok(());
+        };
+        self.prepare()?;
+        self.environment(&cmd).await?;
+        Ok(())
+    }
+
     /// Set the project's environment up before the baseline (issue 19), or find it in the
     /// cache; the run's commands get it from now on. `false` when the run ended
     /// `environment_failed` instead: no model turn is spent on an environment it never had.
@@ -517,8 +541,9 @@ impl<'a> Active<'a> {
         let (led, bench) = self.parts()?;
         let problem = match prepared {
             Prepared::Nothing => return Ok(true),
-            Prepared::Ready(setup) => {
+            Prepared::Ready(setup, held) => {
                 let run = setup.runs.last().cloned();
+                bench.keep(held);
                 led.rec.setup = Some(setup);
                 led.save()?;
                 bench.use_environment(led)?;

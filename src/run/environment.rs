@@ -27,8 +27,9 @@ use crate::verify::{self, SETUP_ENV_VAR, SetupPlan, TestCommand};
 pub(super) enum Prepared {
     /// The project needs none.
     Nothing,
-    /// Ready (made now or found in the cache).
-    Ready(SetupRecord),
+    /// Ready (made now or found in the cache), with the hold that keeps a shared entry
+    /// from eviction while this run uses it.
+    Ready(SetupRecord, Option<Hold>),
     /// A command failed or an output is missing: the run cannot test.
     Failed {
         /// One line.
@@ -38,6 +39,25 @@ pub(super) enum Prepared {
         /// The commands set-up ran or would have run.
         commands: Vec<String>,
     },
+}
+
+/// A run's claim on a shared cache entry: a shared lock on `<entry>.use`, held while the run
+/// uses the entry. Eviction needs that lock exclusively, so it never removes an entry a run
+/// holds (issue 38). Dropped with the run's workbench.
+#[derive(Debug)]
+pub(super) struct Hold(#[allow(dead_code)] std::fs::File);
+
+/// Hold the shared cache entry `dir`; `None` when the lock cannot be had (an eviction is
+/// removing it).
+pub(super) fn hold(dir: &Path) -> Option<Hold> {
+    let f = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.with_extension("use"))
+        .ok()?;
+    f.try_lock_shared().ok()?;
+    Some(Hold(f))
 }
 
 /// The directory holding every cache entry of this repository.
@@ -181,6 +201,8 @@ async fn ensure_in(
     } else if !private {
         evict(&svc.config.settings.setup, &parent, &dir);
     }
+    // Taken while the creation lock is still held: no eviction can come in between.
+    let held = if private { None } else { hold(&dir) };
     let duration_ms = started.elapsed().as_millis() as u64;
     let expand = |v: &str| verify::expand_setup_env(v, &dir);
     let mut env: Vec<(String, String)> = plan
@@ -201,19 +223,22 @@ async fn ensure_in(
         Kind::Setup,
         json!({"event": "ready", "key": key, "cached": cached, "private": private, "duration_ms": duration_ms}),
     )?;
-    Ok(Prepared::Ready(SetupRecord {
-        key,
-        dir: dir.clone(),
-        commands: plan.commands.clone(),
-        network: plan.network.clone(),
-        key_files: plan.key_files.clone(),
-        outputs: plan.outputs.clone(),
-        ecosystems: plan.ecosystems.clone(),
-        path: plan.path.iter().map(|p| PathBuf::from(expand(p))).collect(),
-        env,
-        python_packages: plan.python_packages.clone(),
-        runs: vec![run],
-    }))
+    Ok(Prepared::Ready(
+        SetupRecord {
+            key,
+            dir: dir.clone(),
+            commands: plan.commands.clone(),
+            network: plan.network.clone(),
+            key_files: plan.key_files.clone(),
+            outputs: plan.outputs.clone(),
+            ecosystems: plan.ecosystems.clone(),
+            path: plan.path.iter().map(|p| PathBuf::from(expand(p))).collect(),
+            env,
+            python_packages: plan.python_packages.clone(),
+            runs: vec![run],
+        },
+        held,
+    ))
 }
 
 /// Run the plan in `root` into a fresh entry `dir` and keep its outputs there; the entry is
@@ -277,7 +302,23 @@ async fn make(
         }
         std::fs::rename(&from, &to).map_err(|e| Error::io("cannot keep", &from, e))?;
     }
-    let meta = json!({"key": key, "commands": plan.commands, "key_files": plan.key_files});
+    let cap = entry_cap(&led.svc.config.settings.setup);
+    let used = allocated(dir);
+    if used > cap {
+        // Refused, never a reason to evict other entries to make room.
+        let why = format!(
+            "set-up left {} MiB in its environment, more than one environment may take (half of setup.cache_mb = {}); raise setup.cache_mb in your own configuration",
+            used >> 20,
+            led.svc.config.settings.setup.cache_mb
+        );
+        led.audit(
+            Kind::Setup,
+            json!({"event": "failed", "key": key, "why": why}),
+        )?;
+        return Ok(Some(failed(why, Vec::new())));
+    }
+    let meta =
+        json!({"key": key, "commands": plan.commands, "key_files": plan.key_files, "bytes": used});
     let done = dir.join("done.json");
     crate::fsutil::write_atomic(
         &done,
@@ -451,8 +492,16 @@ async fn lock(path: &Path) -> Result<std::fs::File> {
     }
 }
 
+/// The most one environment may take: half of `setup.cache_mb`, so that one set-up can
+/// never claim the whole cache.
+fn entry_cap(cfg: &SetupConfig) -> u64 {
+    cfg.cache_mb.saturating_mul(1 << 20) / 2
+}
+
 /// Keep the whole set-up cache under `setup.cache_mb`: least recently used entries (by
-/// their `done.json`'s time) go first; `keep` and entries another run holds stay.
+/// their `done.json`'s time) go first; `keep`, and every entry a run holds or is making
+/// (its `.use` or `.lock` taken), stay. Sizes are what the entries really take on disk
+/// (allocated blocks, each file once), so sparse files or hard links cannot steer it.
 fn evict(cfg: &SetupConfig, parent: &Path, keep: &Path) {
     let Some(state) = parent.parent() else {
         return;
@@ -471,7 +520,7 @@ fn evict(cfg: &SetupConfig, parent: &Path, keep: &Path) {
                 continue;
             };
             let used = done.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            entries.push((used, size_of(&p), p));
+            entries.push((used, allocated(&p), p));
         }
     }
     let mut total: u64 = entries.iter().map(|e| e.1).sum();
@@ -483,15 +532,10 @@ fn evict(cfg: &SetupConfig, parent: &Path, keep: &Path) {
         if p == keep {
             continue;
         }
-        let lock_path = p.with_extension("lock");
-        let held = std::fs::File::options()
-            .write(true)
-            .open(&lock_path)
-            .map(|f| f.try_lock().is_err())
-            .unwrap_or(false);
-        if held {
+        // Both locks, kept until the entry is gone: no run may start using it meanwhile.
+        let Some(_claims) = claim_for_eviction(&p) else {
             continue;
-        }
+        };
         match std::fs::remove_dir_all(&p) {
             Ok(()) => {
                 total = total.saturating_sub(size);
@@ -503,16 +547,38 @@ fn evict(cfg: &SetupConfig, parent: &Path, keep: &Path) {
     }
 }
 
-/// Bytes under `p`, not following links.
-fn size_of(p: &Path) -> u64 {
+/// The entry's creation lock and use lock, both exclusively, without waiting: `None` when a
+/// run is making the entry or holds it.
+fn claim_for_eviction(entry: &Path) -> Option<(std::fs::File, std::fs::File)> {
+    let take = |ext: &str| {
+        let f = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(entry.with_extension(ext))
+            .ok()?;
+        f.try_lock().ok()?;
+        Some(f)
+    };
+    Some((take("lock")?, take("use")?))
+}
+
+/// Bytes `p` really takes on disk: allocated blocks, each file (inode) once, links not
+/// followed.
+fn allocated(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut seen = std::collections::HashSet::new();
     let mut total = 0;
     let mut stack = vec![p.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(_) => total += e.metadata().map(|m| m.len()).unwrap_or(0),
-                Err(_) => {}
+            let Ok(m) = e.metadata() else { continue };
+            if !seen.insert((m.dev(), m.ino())) {
+                continue;
+            }
+            total += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(e.path());
             }
         }
     }
@@ -590,7 +656,7 @@ pub(super) async fn refresh(
     )
     .await?
     {
-        Prepared::Ready(mine) => {
+        Prepared::Ready(mine, _) => {
             let line = format!("set up again, privately for the run's own tree: {reason}");
             if let Some(b) = led.rec.setup.as_mut() {
                 b.runs.extend(mine.runs.iter().cloned());
@@ -679,7 +745,7 @@ pub(super) async fn deciding(
     );
     Ok(
         match ensure(led, commit, Some(cmd), &reason, Scope::Run { base: &base }).await? {
-            Prepared::Ready(fresh) => {
+            Prepared::Ready(fresh, _) => {
                 if let Some(b) = led.rec.setup.as_mut() {
                     b.runs.extend(fresh.runs.iter().cloned());
                 }
@@ -771,4 +837,68 @@ pub(super) async fn check_python(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A complete entry `name` under `parent` holding `real` bytes of data and a sparse file
+    /// of `sparse` bytes' apparent size.
+    fn entry(parent: &Path, name: &str, real: usize, sparse: u64) -> PathBuf {
+        let dir = parent.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("data"), vec![7u8; real]).unwrap();
+        let f = std::fs::File::create(dir.join("sparse")).unwrap();
+        f.set_len(sparse).unwrap();
+        std::fs::write(dir.join("done.json"), "{}").unwrap();
+        dir
+    }
+
+    fn cfg(cache_mb: u64) -> SetupConfig {
+        SetupConfig {
+            cache_mb,
+            ..SetupConfig::default()
+        }
+    }
+
+    #[test]
+    fn sparse_files_and_hard_links_count_what_they_take_on_disk() {
+        let d = tempfile::tempdir().unwrap();
+        let e = entry(d.path(), "k", 1 << 20, 100 << 30);
+        for i in 0..50 {
+            std::fs::hard_link(e.join("data"), e.join(format!("link{i}"))).unwrap();
+        }
+        let used = allocated(&e);
+        assert!(used >= 1 << 20, "{used}");
+        assert!(used < 4 << 20, "a 100 GiB sparse file and 50 links: {used}");
+    }
+
+    /// Issue 38: a set-up that writes sparse files cannot make eviction remove the others,
+    /// and an entry a run holds is never removed, whatever the cache's size.
+    #[test]
+    fn eviction_counts_blocks_and_keeps_what_a_run_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let parent = d.path().join("setup/repo");
+        let base = entry(&parent, "base", 1 << 20, 0);
+        std::thread::sleep(Duration::from_millis(20));
+        let hostile = entry(&parent, "hostile", 0, 100 << 30);
+        evict(&cfg(4), &parent, &hostile);
+        assert!(base.join("done.json").is_file(), "the base's entry stays");
+
+        // Over the cap for real: the least recently used goes, unless a run holds it.
+        let other = entry(&parent, "other", 3 << 20, 0);
+        let held = hold(&base).expect("hold");
+        evict(&cfg(2), &parent, &other);
+        assert!(base.is_dir(), "a held entry is never evicted");
+        drop(held);
+        evict(&cfg(2), &parent, &other);
+        assert!(!base.exists(), "unheld, the least recently used goes");
+        assert!(other.is_dir(), "the entry just made stays");
+    }
+
+    #[test]
+    fn one_environment_may_take_half_the_cache() {
+        assert_eq!(entry_cap(&cfg(100)), 50 << 20);
+    }
 }

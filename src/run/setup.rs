@@ -34,6 +34,9 @@ pub(super) struct Workbench {
     pub(super) executor: Arc<dyn Executor>,
     /// The same executor, whose environment a new set-up replaces (issue 19).
     switch: Arc<Switch>,
+    /// The run's claims on the shared set-up entries it uses: no eviction removes them
+    /// while the workbench lives (issue 38).
+    holds: std::sync::Mutex<Vec<super::environment::Hold>>,
 }
 
 impl Workbench {
@@ -92,13 +95,28 @@ impl Workbench {
         registry.register(Arc::new(RunCommand {
             executor: executor.clone(),
         }));
+        let holds = led
+            .rec
+            .setup
+            .as_ref()
+            .and_then(|s| super::environment::hold(&s.dir))
+            .into_iter()
+            .collect();
         Ok(Self {
             worktree: wt,
             ctx,
             registry,
             executor,
             switch,
+            holds: std::sync::Mutex::new(holds),
         })
+    }
+
+    /// Keep `hold` for as long as the workbench lives.
+    pub(super) fn keep(&self, hold: Option<super::environment::Hold>) {
+        if let (Some(h), Ok(mut holds)) = (hold, self.holds.lock()) {
+            holds.push(h);
+        }
     }
 
     /// From now on the run's commands get the environment `led.rec.setup` names (a set-up

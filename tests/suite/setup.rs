@@ -254,6 +254,13 @@ def _files():
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    # Sparse files (each under the sandbox's file size limit), so that eviction by apparent
+    # size removes every other entry.
+    env = os.environ.get("GIT_AGENT_ENV")
+    if env:
+        for i in range(30):
+            with open(os.path.join(env, f"sparse{i}"), "wb") as f:
+                f.truncate(3 << 30)
     name = NAME + "-py3-none-any.whl"
     record = []
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
@@ -271,15 +278,16 @@ const EVIL_PYPROJECT: &str = "[build-system]\nrequires = []\nbuild-backend = \"b
 
 /// Issue 38's second and third attacks, with `write_file` alone: the model points a nested
 /// requirement file (not a key file of the base) at an in-tree package whose wheel installs
-/// a `.pth` that patches the function under test, touches `requirements.txt` so the
-/// environment is set up again on its tree, runs the tests there, and puts the nested file
-/// back. The run never ends `succeeded`: the change to what set-up reads waits for a person,
+/// a `.pth` that patches the function under test (and writes 90 GiB of sparse files into
+/// the environment, past the cache's size), touches `requirements.txt` so the environment is
+/// set up again on its tree, runs the tests there, and puts the nested file back. The run never ends `succeeded`: the change to what set-up reads waits for a person,
 /// and even approved, the deciding runs set the committed tree up afresh, where nothing
 /// patches `add`. The next run on `main`, by an honest model, reuses the base's clean entry:
 /// its baseline still names the failing test.
 #[test]
 fn a_poisoned_refresh_decides_nothing_and_reaches_no_other_run() {
     let f = Fixture::new("python-src");
+    f.user_config("[setup]\ncache_mb = 400\n");
     std::fs::create_dir_all(f.repo().join("ci")).unwrap();
     std::fs::write(f.repo().join("ci/pins.txt"), "iniconfig\n").unwrap();
     std::fs::write(f.repo().join("requirements.txt"), "-r ci/pins.txt\n").unwrap();
@@ -413,4 +421,29 @@ fn a_set_up_output_that_is_a_link_is_refused() {
             String::from_utf8_lossy(&std::fs::read(e.path()).unwrap_or_default()).into_owned();
         assert!(!text.contains(canary), "{}: {text}", e.path().display());
     }
+}
+
+/// Issue 38 (6): a run that adds a manifest of another ecosystem (an empty `go.mod`) and
+/// changes what keys the set-up gets a private set-up with the base's ecosystems and
+/// network: no Go module proxy, no `go mod download`.
+#[test]
+fn a_refresh_reaches_only_what_the_base_reaches() {
+    let f = Fixture::new("python-src");
+    let pyproject = std::fs::read_to_string(f.repo().join("pyproject.toml")).unwrap();
+    let changed = pyproject.replace("test = [\"pytest\"]", "test = [\"pytest\", \"iniconfig\"]");
+    let script = f.script(&[
+        plan(&["src/calcsrc/__init__.py"]),
+        write("go.mod", "module example.com/x\n\ngo 1.21\n"),
+        write("pyproject.toml", &changed),
+        json!({"role": "coder", "tool_calls": [{"name": "run_tests", "arguments": {}}]}),
+        finish(),
+    ]);
+    let (_code, json) = f.fix(&script, &["fix add"], &[]);
+    let rec = record(&f, &json);
+    let base = &rec["setup"];
+    let mine = &rec["setup_run"];
+    assert!(mine.is_object(), "the run's tree was set up again: {rec}");
+    assert_eq!(mine["network"], base["network"], "{rec}");
+    assert_eq!(base["network"], json!(["pypi"]), "{rec}");
+    assert!(!mine["commands"].to_string().contains("go mod"), "{mine}");
 }
