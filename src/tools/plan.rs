@@ -235,11 +235,44 @@ fn update_plan(ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput>
         }
         text.push('\n');
     }
+    text.push_str(&approval_notes(ctx, &plan));
     // Changes already made keep the `planned` they had when made: a plan revised afterwards
     // does not hide a deviation.
     ctx.with_plan(|st| st.plan = Some(plan.clone()));
     ctx.record(ToolEvent::PlanUpdated(plan));
     Ok(ToolOutput::text(text))
+}
+
+/// What the plan names that a person must approve before the change can be verified: the
+/// test runner's configuration and what the project's set-up reads (issue 38), said when the
+/// plan is made rather than discovered at the end.
+fn approval_notes(ctx: &ToolContext, plan: &Plan) -> String {
+    if ctx.policy.runner_config.0 == crate::config::Decision::Allow {
+        return String::new();
+    }
+    let mut lines = Vec::new();
+    for f in plan.steps.iter().flat_map(|s| &s.files) {
+        let why = crate::policy::runner_config_by_name(f)
+            .map(|w| format!("{w}, the test runner's configuration"))
+            .or_else(|| {
+                crate::verify::setup_input(f).map(|w| {
+                    format!("{w}; the deciding runs then set the committed tree up afresh")
+                })
+            });
+        if let Some(why) = why {
+            let line = format!("- `{f}`: {why}\n");
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "These planned files need a person's approval before the change can be verified (change the code instead where you can):\n{}",
+        lines.concat()
+    )
 }
 
 #[cfg(test)]

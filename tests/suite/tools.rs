@@ -734,3 +734,38 @@ async fn fifo_is_refused_without_blocking() {
     );
     assert!(msg.contains("not a regular file"), "{msg}");
 }
+
+/// Issue 38: a plan that names what the project's set-up reads (or the test runner's
+/// configuration) is told at once that a person must approve it; a writing tool says the
+/// same when it touches one.
+#[tokio::test]
+async fn a_plan_naming_what_set_up_reads_is_told_it_needs_a_person() {
+    let f = fixture();
+    let out = f
+        .call(
+            "update_plan",
+            json!({"steps": [{"title": "add a dependency", "files": ["src/lib.rs", "requirements/tests.txt", "conftest.py"]}]}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        out.content.contains("need a person's approval"),
+        "{}",
+        out.content
+    );
+    assert!(
+        out.content.contains("`requirements/tests.txt`"),
+        "{}",
+        out.content
+    );
+    assert!(out.content.contains("`conftest.py`"), "{}", out.content);
+    assert!(!out.content.contains("`src/lib.rs`:"), "{}", out.content);
+    let wrote = f
+        .call(
+            "write_file",
+            json!({"path": "requirements/tests.txt", "content": "iniconfig\n"}),
+        )
+        .await
+        .unwrap();
+    assert!(wrote.content.contains("set-up reads"), "{}", wrote.content);
+}
