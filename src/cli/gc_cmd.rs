@@ -63,6 +63,19 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let seen = repo.gc_worktrees(&opts, &|id| ended_at(&repo, id))?;
     let mut out = super::output::stdout(&super::output::process_redactor()?);
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
+    // A run removes its private set-ups when it ends; one that crashed leaves them.
+    if let Some(state) = repo.state_dir() {
+        for (path, bytes) in
+            crate::run::gc_private_setups(state, &|id| ended_at(&repo, id).is_some())
+        {
+            writeln!(
+                out,
+                "removed {} ({:.1} MB, a finished run's private set-up)",
+                path.display(),
+                mb(bytes)
+            )?;
+        }
+    }
     let (mut freed, mut kept, mut kept_bytes) = (0u64, 0usize, 0u64);
     for e in &seen {
         if e.removed {

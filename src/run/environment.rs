@@ -81,6 +81,27 @@ fn private_root(state: &Path, run_id: &str) -> PathBuf {
     state.join("setup-runs").join(run_id)
 }
 
+/// Remove the private set-ups under `state` of runs that `ended` says have ended (a run
+/// that crashed before it could remove its own), with the bytes each took. For `gc`.
+pub fn gc_private(state: &Path, ended: &dyn Fn(&str) -> bool) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(state.join("setup-runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let id = e.file_name().to_string_lossy().into_owned();
+        if !ended(&id) {
+            continue;
+        }
+        let bytes = allocated(&e.path());
+        if std::fs::remove_dir_all(e.path()).is_ok() {
+            out.push((e.path(), bytes));
+        }
+    }
+    out
+}
+
 /// Remove the run's private set-ups (it ended: nothing will use them again).
 pub(super) fn remove_private(svc: &super::engine::Services, run_id: &str) {
     let Some(state) = svc.repo.state_dir() else {

@@ -55,5 +55,6 @@ mod tools;
 mod turn;
 mod verification;
 
+pub use environment::gc_private as gc_private_setups;
 pub use error::{Error, Result};
 pub use state::RunState;

@@ -1153,11 +1153,19 @@ fn a_runs_worktree_is_outside_the_repository_pooled_when_it_ends_and_gc_removes_
     assert!(f.pooled(run).is_none());
     let pooled2 = f.pooled(run2).expect("pooled again");
 
+    // A private set-up an ended run left behind (it crashed before removing it) goes with
+    // the first gc; one of a run gc does not know stays.
+    let private = f.state().join("git-agent/setup-runs");
+    std::fs::create_dir_all(private.join(run2).join("k-1/venv")).unwrap();
+    std::fs::create_dir_all(private.join("01UNKNOWNRUN").join("k-1")).unwrap();
     // gc: nothing is a week old; `--older-than 0` removes the pooled worktree, and git
     // forgets it. The run's record and branch stay.
     let out = f.agent(&["gc"], &[]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("private set-up"), "{text}");
+    assert!(!private.join(run2).exists(), "{text}");
+    assert!(private.join("01UNKNOWNRUN").exists(), "{text}");
     assert!(text.contains("freed 0.0 MB; kept 1"), "{text}");
     assert!(pooled2.exists());
     let out = f.agent(&["gc", "--older-than", "0"], &[]);
