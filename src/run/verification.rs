@@ -227,12 +227,21 @@ async fn run_tests_at(
         let allow = svc.config.settings.verify.preexisting == Preexisting::Allow;
         let goal = led.rec.task.goal.clone();
         let fixed = decision.newly_passing.clone();
+        let planned = led.rec.planned_files();
+        let evidence = Evidence {
+            fixed: &fixed,
+            changed,
+            root,
+            before: led.rec.baseline.as_ref().and_then(|b| b.report.as_ref()),
+            before_root: &led.rec.worktree,
+            after: obs.report.as_ref(),
+        };
         verify::excuse(
             &mut decision,
             &obs,
             &led.rec.flaky,
-            |name| allow && unrelated(name, &goal, &fixed, changed, root),
-            |name| requested(name, &goal),
+            |name| allow && unrelated(name, &evidence),
+            |name| requested(name, &goal) || planned_test(name, &planned),
         );
     }
     let result = match check {
@@ -710,87 +719,206 @@ async fn run_clean(
 }
 
 /// Whether a test that failed before and still fails is unrelated to the change, so it may
-/// stand as pre-existing (issue 19): a pytest node id whose name the request does not
-/// mention, that is no variant (same function, other parameters) of a test the run fixed,
-/// and whose file imports none of the Python modules the run changed. Anything else — other
-/// runners included — is in doubt, and blocks.
-fn unrelated(name: &str, goal: &str, fixed: &[String], changed: &[String], root: &Path) -> bool {
-    let Some((file, rest)) = name.split_once("::") else {
-        return false;
-    };
-    if !file.ends_with(".py") {
-        return false;
-    }
+/// stand as pre-existing (issues 19, 39), for every runner: it is no variant (same test,
+/// other parameters) of a test the run fixed, its file (where the runner names one) does not
+/// reach what the run changed, and it failed the same way before and after. Anything else is
+/// doubt and blocks; whether the request or the plan names it is asked apart.
+fn unrelated(name: &str, ev: &Evidence<'_>) -> bool {
     let stem = name.split('[').next().unwrap_or(name);
-    let func = rest.split('[').next().unwrap_or(rest);
-    let func = func.rsplit("::").next().unwrap_or(func);
-    if goal.contains(func) || goal.contains(stem) {
-        return false;
-    }
-    if fixed
+    if ev
+        .fixed
         .iter()
         .any(|f| f.split('[').next().unwrap_or(f) == stem)
     {
         return false;
     }
-    let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+    if let Some(file) = test_file_of(name)
+        && reaches_changed(ev.root, file, ev.changed)
+    {
         return false;
-    };
-    !changed
-        .iter()
-        .filter(|p| p.ends_with(".py") && !verify::is_test_path(p))
-        .any(|p| imports_module(&text, p))
+    }
+    same_failure(name, ev) == Some(true)
 }
 
-/// Whether the request `goal` names the test `name`: the whole name, its file, its function
-/// (parameters left off), or a word of them (`add` of `tests/test_calc.py::test_add`, `env`
-/// of `tests/test_env.py`); words are split at `_`, `-`, `.`, `/`, case changes and digits,
-/// and the runner's own words (`test`, `spec`, `src`, …) and words under three letters do
-/// not count. Generous on purpose: a test the request may be about is never excused.
-fn requested(name: &str, goal: &str) -> bool {
-    let goal_l = goal.to_lowercase();
-    let plain = name.split('[').next().unwrap_or(name);
-    let file = plain.split("::").next().unwrap_or(plain);
-    let file = file.split([' ', '(']).next().unwrap_or(file);
-    let func = plain.rsplit("::").next().unwrap_or(plain);
-    if [plain, file, func]
+/// What tells a still-failing test from one the change touched (issue 39), for every runner.
+struct Evidence<'a> {
+    /// Baseline failures the change fixed (a variant of one is never unrelated).
+    fixed: &'a [String],
+    /// Paths the run changed from the base.
+    changed: &'a [String],
+    /// Where the tests ran now.
+    root: &'a Path,
+    /// The baseline's report and where it ran.
+    before: Option<&'a verify::TestReport>,
+    before_root: &'a Path,
+    /// This run's report.
+    after: Option<&'a verify::TestReport>,
+}
+
+/// Whether `name` failed the same way before and after (the runner's text about it, with
+/// paths, durations, line numbers and addresses made alike): `None` when either side has no
+/// text for it, which is doubt.
+fn same_failure(name: &str, ev: &Evidence<'_>) -> Option<bool> {
+    let before = ev.before?.details.get(name)?;
+    let after = ev.after?.details.get(name)?;
+    Some(
+        normalized_failure(before, &[ev.before_root, ev.root])
+            == normalized_failure(after, &[ev.before_root, ev.root]),
+    )
+}
+
+/// A failure's text with what differs between two runs of the same failure made alike.
+fn normalized_failure(text: &str, roots: &[&Path]) -> String {
+    static PATTERNS: std::sync::LazyLock<Vec<(regex::Regex, &'static str)>> =
+        std::sync::LazyLock::new(|| {
+            [
+                (
+                    r"\b\d+(\.\d+)?\s?(ms|s|µs|us|ns|sec|secs|seconds)\b",
+                    "<time>",
+                ),
+                // Rust prints the panicking thread's id: `thread 'name' (117) panicked`.
+                (r"(thread '[^']*') \(\d+\)", "$1"),
+                (r"(\.[A-Za-z]{1,5}):\d+(:\d+)?", "$1:<line>"),
+                (r"\bline \d+", "line <n>"),
+                (r"0x[0-9a-fA-F]{6,}", "0x<addr>"),
+                (r"\s+", " "),
+            ]
+            .into_iter()
+            .filter_map(|(p, r)| regex::Regex::new(p).ok().map(|re| (re, r)))
+            .collect()
+        });
+    let mut t = text.to_string();
+    // Longest first: one root may be the other's prefix (`<worktree>-verify`).
+    let mut roots: Vec<&str> = roots
         .iter()
-        .any(|s| s.len() >= 3 && goal_l.contains(&s.to_lowercase()))
+        .filter_map(|r| r.to_str())
+        .filter(|r| !r.is_empty())
+        .collect();
+    roots.sort_by_key(|r| std::cmp::Reverse(r.len()));
+    for r in roots {
+        t = t.replace(r, "<root>");
+    }
+    for (re, with) in PATTERNS.iter() {
+        t = re.replace_all(&t, *with).into_owned();
+    }
+    t.trim().to_string()
+}
+
+/// The file a test's name places it in, when the runner names one: pytest's
+/// `tests/x.py::…`, cargo's `crate(src/lib.rs)::…`, jest's `a/x.test.js › …`, vitest's
+/// `x.test.mjs > …`.
+fn test_file_of(name: &str) -> Option<&str> {
+    if let Some((file, _)) = name.split_once("::")
+        && let Some(inner) = file.split_once('(').and_then(|(_, r)| r.strip_suffix(')'))
     {
+        return Some(inner);
+    }
+    let first = name
+        .split(" › ")
+        .next()
+        .and_then(|f| f.split(" > ").next())
+        .and_then(|f| f.split("::").next())
+        .unwrap_or(name)
+        .trim();
+    let code = [
+        ".py", ".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx", ".rs",
+    ];
+    (!first.contains(' ') && code.iter().any(|e| first.ends_with(e))).then_some(first)
+}
+
+/// Whether the test in `file` reaches what the run changed: the test file itself changed
+/// (a Rust source file only when it is a test file: its unit tests sit beside the code),
+/// or it imports a changed module (Python, JavaScript).
+fn reaches_changed(root: &Path, file: &str, changed: &[String]) -> bool {
+    let rust_source = file.ends_with(".rs") && !verify::is_test_path(file);
+    if !rust_source && changed.iter().any(|c| c == file) {
         return true;
     }
-    let goal_words: std::collections::BTreeSet<String> = words(goal).collect();
-    words(plain).any(|w| {
-        goal_words.contains(&w)
-            || goal_words.contains(&format!("{w}s"))
-            || w.strip_suffix('s').is_some_and(|s| goal_words.contains(s))
-    })
+    let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+        return !rust_source;
+    };
+    if file.ends_with(".py") {
+        return changed
+            .iter()
+            .filter(|p| p.ends_with(".py") && !verify::is_test_path(p))
+            .any(|p| imports_module(&text, p));
+    }
+    if rust_source || file.ends_with(".rs") {
+        return false;
+    }
+    changed
+        .iter()
+        .filter(|p| !verify::is_test_path(p))
+        .any(|p| requires_module(&text, p))
 }
 
-/// The lower-cased words of an identifier or a text, runner words and short ones left out.
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    const RUNNER_WORDS: [&str; 16] = [
-        "test", "tests", "spec", "specs", "src", "lib", "should", "the", "and", "for", "with",
-        "when", "py", "js", "ts", "rs",
-    ];
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut prev_lower = false;
-    for ch in text.chars() {
-        if !ch.is_alphabetic() {
-            out.push(std::mem::take(&mut cur));
-            prev_lower = false;
-            continue;
-        }
-        if ch.is_uppercase() && prev_lower {
-            out.push(std::mem::take(&mut cur));
-        }
-        prev_lower = ch.is_lowercase();
-        cur.extend(ch.to_lowercase());
+/// Whether JavaScript or TypeScript source `text` imports or requires the module at
+/// repository path `path` by a relative specifier ending in its name (with or without the
+/// extension; `index` files by their directory).
+fn requires_module(text: &str, path: &str) -> bool {
+    let code = [".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx"];
+    let Some(ext) = code.iter().find(|e| path.ends_with(*e)) else {
+        return false;
+    };
+    let stem = path.strip_suffix(ext).unwrap_or(path);
+    let stem = stem.strip_suffix("/index").unwrap_or(stem);
+    let name = stem.rsplit('/').next().unwrap_or(stem);
+    let Ok(re) = regex::Regex::new(&format!(
+        r#"(?:require\s*\(|import\s*\(|from)\s*['"]\.{{1,2}}/(?:[^'"]*/)?{}(?:\.[a-z]+)?['"]"#,
+        regex::escape(name)
+    )) else {
+        return true;
+    };
+    re.is_match(text)
+}
+
+/// Whether the request `goal` names the test `name`: its whole identifier, its file, its
+/// function or method (also without the runner's `test_`/`test` prefix: `add` names
+/// `test_add`) as a word of the request, or — for a runner that names tests by title — the
+/// full title. Never a single word of a title: "should not error" shares words with many
+/// requests and names none of them (issue 39).
+fn requested(name: &str, goal: &str) -> bool {
+    let goal_l = goal.to_lowercase();
+    let plain = name.split('[').next().unwrap_or(name).trim();
+    if plain.len() >= 3 && goal_l.contains(&plain.to_lowercase()) {
+        return true;
     }
-    out.push(cur);
-    out.into_iter()
-        .filter(|w| w.chars().count() >= 3 && !RUNNER_WORDS.contains(&w.as_str()))
+    if let Some(file) = test_file_of(plain) {
+        let base = file.rsplit('/').next().unwrap_or(file);
+        if goal_l.contains(&file.to_lowercase()) || goal_l.contains(&base.to_lowercase()) {
+            return true;
+        }
+    }
+    let leaf = plain.rsplit([':', '›', '>']).next().unwrap_or(plain).trim();
+    if leaf.contains(char::is_whitespace) {
+        let title = leaf
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .to_lowercase();
+        let goal_n = goal_l.split_whitespace().collect::<Vec<_>>().join(" ");
+        return title.len() >= 8 && goal_n.contains(&title);
+    }
+    let tokens: std::collections::BTreeSet<String> = goal_l
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect();
+    let leaf_l = leaf.to_lowercase();
+    let bare = leaf_l
+        .strip_prefix("test_")
+        .or_else(|| leaf_l.strip_suffix("_test"))
+        .or_else(|| leaf_l.strip_prefix("test").filter(|r| !r.is_empty()))
+        .unwrap_or(&leaf_l);
+    tokens.contains(&leaf_l) || (bare.len() >= 3 && tokens.contains(bare))
+}
+
+/// Whether the plan names the file `name`'s test lives in: a test the plan is about is never
+/// excused as pre-existing.
+fn planned_test(name: &str, planned: &std::collections::BTreeSet<String>) -> bool {
+    // cargo names the crate's root source for a unit test, wherever the test is: only a test
+    // file the plan names says the plan is about its tests.
+    test_file_of(name).is_some_and(|f| verify::is_test_path(f) && planned.contains(f))
 }
 
 /// Whether Python source `text` imports the module at repository path `path` (`src/` layouts
@@ -993,23 +1121,84 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requested_tests_by_name_file_or_word() {
+    fn requested_tests_by_identifier_file_or_full_title() {
         let add = "tests/test_calc.py::test_add";
         assert!(requested(add, "fix add"));
         assert!(requested(add, "Adding numbers: add(2, 3) returns -1"));
         assert!(requested(add, "see tests/test_calc.py"));
-        assert!(requested(
-            "calc.test.js › calc › adds two numbers",
-            "fix add"
+        assert!(requested(add, "test_add fails"));
+        let title = "calc.test.js › calc › adds two numbers";
+        assert!(requested(title, "adds two numbers is broken"));
+        assert!(requested(title, "calc.test.js fails"));
+        // One shared word of a title names nothing (issue 39).
+        assert!(!requested(title, "fix add"));
+        assert!(!requested(
+            "sub does not error on strings",
+            "add should not error"
         ));
-        assert!(requested(
-            "fixture(src/lib.rs)::tests::addsTwoNumbers",
-            "fix add"
-        ));
+        let rust = "fixture(src/lib.rs)::tests::adds_two_numbers";
+        assert!(requested(rust, "adds_two_numbers fails"));
+        assert!(!requested(rust, "fix add"));
         let env = "tests/test_env.py::test_runs_on_python_two";
         assert!(!requested(env, "fix add"));
         assert!(!requested(env, "fix the test that fails"));
-        assert!(requested(env, "this should run on Python 2"));
+        assert!(!requested(env, "this should run on Python 2"));
+        assert!(requested(env, "runs_on_python_two breaks"));
+    }
+
+    #[test]
+    fn a_failure_is_the_same_across_paths_times_and_lines() {
+        let a = Path::new("/state/worktrees/r1");
+        let b = Path::new("/state/worktrees/r1-verify");
+        let before = "thread 'x' (117) panicked at /state/worktrees/r1/src/lib.rs:40:5:\nleft: 1\nright: 2 (0.03s)";
+        let after = "thread 'x' (3) panicked at /state/worktrees/r1-verify/src/lib.rs:44:5:\nleft: 1\nright: 2 (0.05s)";
+        assert_eq!(
+            normalized_failure(before, &[a, b]),
+            normalized_failure(after, &[a, b])
+        );
+        let changed =
+            "thread 'x' panicked at /state/verify/r1-verify/src/lib.rs:44:5:\nleft: 3\nright: 2";
+        assert_ne!(
+            normalized_failure(before, &[a, b]),
+            normalized_failure(changed, &[a, b])
+        );
+    }
+
+    #[test]
+    fn test_files_from_each_runners_names() {
+        assert_eq!(
+            test_file_of("tests/test_calc.py::test_add"),
+            Some("tests/test_calc.py")
+        );
+        assert_eq!(
+            test_file_of("fx(src/lib.rs)::tests::adds"),
+            Some("src/lib.rs")
+        );
+        assert_eq!(
+            test_file_of("api(tests/api.rs)::adds"),
+            Some("tests/api.rs")
+        );
+        assert_eq!(
+            test_file_of("jt/calc.test.js › calc › adds"),
+            Some("jt/calc.test.js")
+        );
+        assert_eq!(
+            test_file_of("calc.test.mjs > calc > adds"),
+            Some("calc.test.mjs")
+        );
+        assert_eq!(test_file_of("add adds two numbers"), None);
+        assert!(requires_module(
+            "const { add } = require('../calc.js');",
+            "calc.js"
+        ));
+        assert!(requires_module(
+            "import { add } from \"../src/calc\";",
+            "src/calc.ts"
+        ));
+        assert!(!requires_module(
+            "const x = require('../other.js');",
+            "calc.js"
+        ));
     }
 
     /// Guards issue 18's attacker review, item 4: only a pass in the full rerun makes a

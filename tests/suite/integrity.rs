@@ -991,3 +991,105 @@ fn a_new_executable_the_plan_names_waits_for_a_person() {
         "{report}"
     );
 }
+
+/// Commit everything in `repo` as `msg`.
+fn commit_all(repo: &std::path::Path, msg: &str) {
+    git(repo, &["add", "-A"]);
+    git(
+        repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-qm",
+            msg,
+        ],
+    );
+}
+
+/// Issue 39 point 5, Rust: a crate whose base already fails a test unrelated to the request
+/// (its title shares the request's common words, "not" and "error"); the fix for `add`
+/// flips its own test, the other fails the same way before and after, so it stands as
+/// pre-existing and the run succeeds with it listed. A change that also alters that
+/// failure does not.
+#[test]
+fn an_unrelated_rust_failure_at_the_base_does_not_block_a_real_fix() {
+    let f = Fixture::new("rust-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    std::fs::write(
+        repo.join("src/parse.rs"),
+        "/// Parses a number.\npub fn parse(s: &str) -> Result<i64, String> {\n    s.parse().map_err(|e| format!(\"{e}\"))\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn empty_input_does_not_error() {\n        assert_eq!(super::parse(\"\"), Ok(0));\n    }\n}\n",
+    )
+    .unwrap();
+    let lib = std::fs::read_to_string(repo.join("src/lib.rs")).unwrap();
+    std::fs::write(repo.join("src/lib.rs"), format!("{lib}\npub mod parse;\n")).unwrap();
+    commit_all(&repo, "parse");
+    let fix = || {
+        edit(
+            "src/lib.rs",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+        )
+    };
+    let script = f.script(&[plan(&["src/lib.rs"]), fix(), finish()]);
+    let goal = "add returns the wrong sum; it should not error or subtract";
+    let (code, json) = f.fix(&script, &[goal], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("Pre-existing failures") && report.contains("empty_input_does_not_error"),
+        "{report}"
+    );
+    // The same fix that also changes how the other test fails: not the same failure, so
+    // not excused.
+    let script = f.script(&[
+        plan(&["src/lib.rs", "src/parse.rs"]),
+        fix(),
+        edit("src/parse.rs", "format!(\"{e}\")", "format!(\"bad: {e}\")"),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &[goal], &[]);
+    assert_eq!(code, Some(1), "{json}");
+}
+
+/// Issue 39 point 5, JavaScript (node's runner, titles only): an unrelated test fails at the
+/// base; the fix for `add` succeeds with it listed as pre-existing. When the request names
+/// that test by its full title, it is never excused.
+#[test]
+fn an_unrelated_javascript_failure_at_the_base_does_not_block_a_real_fix() {
+    let f = Fixture::new("js-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    std::fs::write(
+        repo.join("test/format.test.js"),
+        "const test = require('node:test');\nconst assert = require('node:assert');\n\ntest('format does not error on empty input', () => {\n  assert.strictEqual(String([]).length, 1);\n});\n",
+    )
+    .unwrap();
+    commit_all(&repo, "format");
+    let script = || {
+        f.script(&[
+            plan(&["calc.js"]),
+            edit(
+                "calc.js",
+                "function add(a, b) {\n  return a - b;",
+                "function add(a, b) {\n  return a + b;",
+            ),
+            finish(),
+        ])
+    };
+    let goal = "add should not error; it returns the wrong number";
+    let (code, json) = f.fix(&script(), &[goal], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("Pre-existing failures")
+            && report.contains("format does not error on empty input"),
+        "{report}"
+    );
+    let named = "fix add, and 'format does not error on empty input' fails too";
+    let (code, json) = f.fix(&script(), &[named], &[]);
+    assert_eq!(code, Some(1), "{json}");
+}
