@@ -37,6 +37,11 @@ const SIGNS: &[Sign] = &[
         pattern: r"No module named '?pytest'?\b",
         why: "pytest is not installed where the test command runs",
     },
+    // Before "command not found": a toolchain manager says that too, after saying why.
+    Sign {
+        pattern: r#"(?i)(?:rustup could not choose a version|toolchain '[^']+' is not installed|no default toolchain (?:is )?configured|pyenv: version [`'"][^`'"]+[`'"] is not installed|no (?:preset )?version (?:is set|installed) for command|volta error|ERR_PNPM_UNSUPPORTED_ENGINE|the engine "node" is incompatible|unsupported engine|requires rustc [0-9.]+ or newer|could not write settings file|syncing channel updates for|nvm: .*(?:not yet installed|is not installed))"#,
+        why: "the toolchain the project asks for is not installed where the tests run (a toolchain manager with no toolchain, or a version the project does not support)",
+    },
     Sign {
         pattern: r"(?i)(?:command not found|: not found$|: No such file or directory$|exec: .*: not found)",
         why: "the test command's program was not found",
@@ -219,6 +224,30 @@ ERROR tests/test_calc.py\n\
         let p = problem(&cargo, 101, out).unwrap();
         assert_eq!(p.why, "the crate's dependencies could not be fetched");
         assert!(problem(&cmd("foo", Runner::Other), 127, "").is_some());
+    }
+
+    /// Issue 39 point 7: the test program never reached the project because its toolchain
+    /// manager had nothing to run.
+    #[test]
+    fn a_toolchain_manager_without_a_toolchain_is_the_environment() {
+        let toolchain = "the toolchain the project asks for";
+        let cargo = cmd("cargo test", Runner::Cargo);
+        for out in [
+            "error: rustup could not choose a version of cargo to run, because one wasn't specified explicitly, and no default is configured.\nhelp: run 'rustup default stable'\n",
+            "error: toolchain '1.70.0-x86_64-unknown-linux-gnu' is not installed\n",
+            // rustup installing the toolchain it was asked for, in a home it cannot write.
+            "info: syncing channel updates for stable-x86_64-unknown-linux-gnu\nerror: could not create temp file /h/tmp/x_file: Read-only file system (os error 30)\n",
+            "error: package `semver v1.0.0` cannot be built because it requires rustc 1.80 or newer, while the currently active rustc version is 1.70.0\n",
+        ] {
+            let p = problem(&cargo, 1, out).expect(out);
+            assert!(p.why.starts_with(toolchain), "{out}: {p:?}");
+        }
+        let py = cmd("python3 -m pytest", Runner::Pytest);
+        let out = "pyenv: version `3.8.10' is not installed (set by /w/.python-version)\n";
+        assert!(problem(&py, 1, out).unwrap().why.starts_with(toolchain));
+        let npm = cmd("npm test", Runner::Npm);
+        let out = " ERR_PNPM_UNSUPPORTED_ENGINE  Unsupported environment (bad pnpm and/or Node.js version)\n";
+        assert!(problem(&npm, 1, out).unwrap().why.starts_with(toolchain));
     }
 
     #[test]

@@ -1093,3 +1093,43 @@ fn an_unrelated_javascript_failure_at_the_base_does_not_block_a_real_fix() {
     let (code, json) = f.fix(&script(), &[named], &[]);
     assert_eq!(code, Some(1), "{json}");
 }
+
+/// Issue 39 point 7: with a rustup that has no default toolchain (an empty `RUSTUP_HOME`),
+/// the baseline prints rustup's complaint and exits 1 without reaching the project: the run
+/// ends `environment_failed` before any model turn, naming the toolchain, instead of
+/// planning and editing as if a test had failed.
+#[test]
+fn a_rustup_without_a_toolchain_ends_before_any_model_turn() {
+    let f = Fixture::new("rust-add");
+    // What rustup leaves after `rustup default none`: its settings, no toolchain.
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(
+        empty.path().join("settings.toml"),
+        "version = \"12\"\nprofile = \"default\"\n\n[overrides]\n",
+    )
+    .unwrap();
+    for d in ["toolchains", "update-hashes", "downloads", "tmp"] {
+        std::fs::create_dir(empty.path().join(d)).unwrap();
+    }
+    let script = f.script(&[plan(&["src/lib.rs"]), finish()]);
+    let rustup_home = empty.path().to_str().unwrap();
+    // No toolchain named: rustup falls back to its (missing) default, as at a terminal.
+    let envs = [("RUSTUP_HOME", rustup_home), ("RUSTUP_TOOLCHAIN", "")];
+    let (code, json) = f.fix(&script, &["fix add"], &envs);
+    let rec: Value = serde_json::from_slice(
+        &std::fs::read(f.run_dir(&run_id(&json)).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("environment_failed"), Some(6)),
+        "{}",
+        rec["verification"]
+    );
+    assert_eq!(rec["turns"], 0, "{rec}");
+    let line = rec["verification"][0].to_string();
+    assert!(
+        line.contains("toolchain") && line.contains("rustup could not choose"),
+        "{line}"
+    );
+}

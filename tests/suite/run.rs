@@ -57,8 +57,13 @@ impl Fixture {
             .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
             .env("XDG_STATE_HOME", self.state())
             .env_remove("GIT_AGENT_TEST_KILL_AT");
+        // An empty value removes the variable (one the test harness itself inherited).
         for (k, v) in envs {
-            cmd.env(k, v);
+            if v.is_empty() {
+                cmd.env_remove(k);
+            } else {
+                cmd.env(k, v);
+            }
         }
         cmd.output().unwrap()
     }
