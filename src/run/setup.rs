@@ -20,7 +20,7 @@ use crate::exec::{
 };
 use crate::policy::Policy;
 use crate::tools::{Registry, ToolContext};
-use crate::workspace::{Worktree, WorktreeOptions, WorktreeRequest};
+use crate::workspace::{Provenance, Worktree, WorktreeOptions, WorktreeRequest};
 
 /// A prepared worktree and what works in it.
 pub(super) struct Workbench {
@@ -56,6 +56,15 @@ impl Workbench {
                 warm: svc.warm_pool && !resumed,
             },
         )?;
+        let discarded = match prov {
+            Provenance::Fresh { discarded } | Provenance::Warm { discarded, .. } => discarded,
+            Provenance::Reopened => 0,
+        };
+        if discarded > 0 {
+            led.rec.notes.push(format!(
+                "{discarded} worktree(s) no longer belonged to the repository (it was cloned again at the same path, or `git worktree prune` ran) and were removed; this run's worktree was made afresh."
+            ));
+        }
         if !resumed {
             led.audit(
                 Kind::State,

@@ -55,7 +55,11 @@ pub struct Worktree {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provenance {
     /// Checked out from scratch.
-    Fresh,
+    Fresh {
+        /// Pooled worktrees found no longer to belong to this repository (their registration
+        /// gone: a re-clone at the same path, `git worktree prune`) and removed on the way.
+        discarded: usize,
+    },
     /// Taken from the warm pool, reset, and emptied of everything git does not track.
     Warm {
         /// Files written or removed by the reset.
@@ -63,6 +67,8 @@ pub enum Provenance {
         /// Untracked and ignored entries an earlier run left, removed (a directory counts
         /// once).
         leftovers_removed: usize,
+        /// Pooled worktrees that no longer belonged to this repository, removed first.
+        discarded: usize,
     },
     /// An existing run worktree, reopened.
     Reopened,
@@ -152,6 +158,14 @@ impl Repo {
             return Err(Error::BranchExists(req.branch.clone()));
         }
         std::fs::create_dir_all(&dir).map_err(io_err("cannot create", &dir))?;
+        let mut discarded = 0;
+        if opts.resume && path.join(".git").is_file() && !self.registered(&path) {
+            // The run's own worktree, whose registration is gone: made again below from its
+            // branch (a resumed run then rolls back to its last checkpoint).
+            tracing::warn!(worktree = %path.display(), "the run's worktree no longer belongs to the repository: made again");
+            std::fs::remove_dir_all(&path).map_err(io_err("cannot remove", &path))?;
+            discarded += 1;
+        }
         if opts.resume {
             if path.join(".git").exists() {
                 let wt = self.open_worktree(&path, &req.run_id, &req.branch, base)?;
@@ -178,7 +192,7 @@ impl Repo {
             base
         };
         if opts.warm
-            && let Some(pooled) = self.take_from_pool(&path)?
+            && let Some(pooled) = self.take_from_pool(&path, &mut discarded)?
         {
             let wt = self.open_worktree(&pooled, &req.run_id, &req.branch, base)?;
             if !exists {
@@ -193,6 +207,7 @@ impl Repo {
                 Provenance::Warm {
                     files_changed,
                     leftovers_removed,
+                    discarded,
                 },
             ));
         }
@@ -209,7 +224,7 @@ impl Repo {
             .add_worktree(&path, head, gix::progress::Discard, &interrupt)
             .ctx(|| format!("creating worktree {}", path.display()))?;
         let wt = self.open_worktree(&path, &req.run_id, &req.branch, base)?;
-        Ok((wt, Provenance::Fresh))
+        Ok((wt, Provenance::Fresh { discarded }))
     }
 
     fn create_branch(&self, branch: &str, target: gix::ObjectId) -> Result<()> {
@@ -252,10 +267,20 @@ impl Repo {
     }
 
     /// Move a pooled worktree (if any) to `dest`, fixing git's bookkeeping of its location.
-    fn take_from_pool(&self, dest: &Path) -> Result<Option<PathBuf>> {
+    /// A pooled worktree that no longer belongs to this repository — its registration under
+    /// the common directory's `worktrees/` is gone (the repository was cloned again at the
+    /// same path, `git worktree prune` ran) — is removed instead, and counted in `discarded`.
+    fn take_from_pool(&self, dest: &Path, discarded: &mut usize) -> Result<Option<PathBuf>> {
         // The old pool last: one of its worktrees moves out only within one file system.
         for pool in [self.pool_dir()?, self.legacy_pool_dir()] {
             for candidate in linked_worktrees_in(&pool) {
+                if !self.registered(&candidate) {
+                    tracing::warn!(worktree = %candidate.display(), "a pooled worktree no longer belongs to the repository: removed");
+                    if std::fs::remove_dir_all(&candidate).is_ok() {
+                        *discarded += 1;
+                    }
+                    continue;
+                }
                 // A rename is atomic: two runs racing for one pooled worktree cannot both win.
                 if std::fs::rename(&candidate, dest).is_ok() {
                     relink(dest)?;
@@ -264,6 +289,28 @@ impl Repo {
             }
         }
         Ok(None)
+    }
+
+    /// Whether the linked worktree at `path` is registered in this repository: its `.git`
+    /// file names an admin entry under this common directory's `worktrees/` that exists.
+    fn registered(&self, path: &Path) -> bool {
+        let Ok(text) = std::fs::read_to_string(path.join(".git")) else {
+            return false;
+        };
+        let Some(admin) = text
+            .trim()
+            .strip_prefix("gitdir:")
+            .map(|s| PathBuf::from(s.trim()))
+        else {
+            return false;
+        };
+        let (Ok(admin), Ok(ours)) = (
+            std::fs::canonicalize(&admin),
+            std::fs::canonicalize(self.common_dir().join("worktrees")),
+        ) else {
+            return false;
+        };
+        admin.starts_with(&ours) && admin.join("HEAD").is_file()
     }
 
     /// Hand the worktree of run `run_id` (in its place under the state directory, or the

@@ -1426,3 +1426,50 @@ fn the_manual_pages_document_every_command_and_git_help_opens_them() {
     assert!(text.contains("git-agent-gc(1)"), "{text}");
     assert!(text.contains("verified commits"), "{text}");
 }
+
+/// Issue 39 point 6: the repository is deleted and cloned again at the same path between two
+/// runs. The pooled worktree of the first run is no longer registered there; the second run
+/// drops it, makes its worktree afresh, says so, and succeeds (it used to die on writing the
+/// vanished `.git/worktrees/<id>/gitdir`).
+#[test]
+fn a_pooled_worktree_of_a_repository_cloned_again_is_dropped_not_fatal() {
+    let f = Fixture::new("python-add");
+    let fix = || {
+        f.script(&[
+            plan(&["calc.py"]),
+            edit(
+                "calc.py",
+                "def add(a, b):\n    return a - b",
+                "def add(a, b):\n    return a + b",
+            ),
+            finish(),
+        ])
+    };
+    let (code, first) = f.fix(&fix(), &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{first}");
+    let pooled = f.pooled(first["run_id"].as_str().unwrap()).expect("pooled");
+    // Cloned again at the same path: the clone registers no worktree.
+    let repo = f.repo();
+    let away = repo.with_file_name("repo-old");
+    std::fs::rename(&repo, &away).unwrap();
+    let out = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&away)
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&away).unwrap();
+    let (code, second) = f.fix(&fix(), &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{second}");
+    assert!(!pooled.exists(), "the stale pooled worktree is gone");
+    let report = f.report(second["run_id"].as_str().unwrap());
+    assert!(
+        report.contains("no longer belonged to the repository"),
+        "{report}"
+    );
+}

@@ -137,7 +137,7 @@ fn commit_matches_git_add_all_for_a_matrix_of_changes() {
     let (wt, prov) = repo
         .create_worktree(&request("run1", "agent/run1"), WorktreeOptions::default())
         .unwrap();
-    assert_eq!(prov, Provenance::Fresh);
+    assert_eq!(prov, Provenance::Fresh { discarded: 0 });
     assert_eq!(wt.path(), repo.worktrees_dir().unwrap().join("run1"));
     apply_matrix(wt.path());
     assert!(wt.is_dirty().unwrap());
