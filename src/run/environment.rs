@@ -212,6 +212,17 @@ async fn ensure_in(
     let done = dir.join("done.json");
     let cached = !private && done.is_file();
     if cached {
+        // What the set-up that made it had to say (install scripts it skipped) is this
+        // run's to report too.
+        if let Some(notes) = std::fs::read(&done)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|m| m["notes"].as_array().cloned())
+        {
+            led.rec
+                .notes
+                .extend(notes.iter().filter_map(|n| n.as_str().map(String::from)));
+        }
         // Least recently used goes first: a use is a touch.
         let _ = std::fs::File::options()
             .append(true)
@@ -301,7 +312,8 @@ async fn make(
         Kind::Setup,
         json!({"event": "start", "reason": reason, "key": key, "commands": plan.commands, "network": plan.network, "why": plan.why}),
     )?;
-    if let Some((why, lines)) = run_commands(led, root, plan, dir).await? {
+    let mut notes = Vec::new();
+    if let Some((why, lines)) = run_commands(led, root, plan, dir, &mut notes).await? {
         led.audit(
             Kind::Setup,
             json!({"event": "failed", "key": key, "why": why}),
@@ -338,8 +350,8 @@ async fn make(
         )?;
         return Ok(Some(failed(why, Vec::new())));
     }
-    let meta =
-        json!({"key": key, "commands": plan.commands, "key_files": plan.key_files, "bytes": used});
+    let meta = json!({"key": key, "commands": plan.commands, "key_files": plan.key_files, "bytes": used, "notes": notes});
+    led.rec.notes.extend(notes);
     let done = dir.join("done.json");
     crate::fsutil::write_atomic(
         &done,
@@ -357,6 +369,7 @@ async fn run_commands(
     root: &Path,
     plan: &SetupPlan,
     dir: &Path,
+    notes: &mut Vec<String>,
 ) -> Result<Option<(String, Vec<String>)>> {
     let svc = led.svc;
     let cfg = &svc.config.settings.setup;
@@ -407,14 +420,81 @@ async fn run_commands(
             Kind::Setup,
             json!({"event": "command", "command": command, "status": out.status, "duration_ms": out.duration.as_millis() as u64, "blocked_hosts": out.blocked_hosts}),
         )?;
-        if !out.status.success() {
+        if out.status.success() {
+            continue;
+        }
+        let Some(retry) = without_install_scripts(command).filter(|_| install_script_failed(&out))
+        else {
+            return Ok(Some((
+                failure_line(command, &out),
+                decisive_lines(led, &out),
+            )));
+        };
+        // A dependency's install script (a downloader, a telemetry ping) failed, often on a
+        // host the policy does not allow: once more without scripts, never with more network
+        // (issue 39). The tests say whether the project needed what the script made.
+        let reached: Vec<String> = out.blocked_hosts.iter().map(|b| b.host.clone()).collect();
+        led.audit(
+            Kind::Setup,
+            json!({"event": "retry_without_install_scripts", "command": retry, "blocked_hosts": reached}),
+        )?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let again = exec
+            .run(ExecRequest::shell(retry.clone()).timeout(left))
+            .await?;
+        led.audit(
+            Kind::Setup,
+            json!({"event": "command", "command": retry, "status": again.status, "duration_ms": again.duration.as_millis() as u64, "blocked_hosts": again.blocked_hosts}),
+        )?;
+        if !again.status.success() {
             return Ok(Some((
                 failure_line(command, &out),
                 decisive_lines(led, &out),
             )));
         }
+        let on = if reached.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (it reached for {}, which the policy does not allow)",
+                reached.join(", ")
+            )
+        };
+        notes.push(format!(
+            "A dependency's install script failed{on}: set-up ran `{retry}` instead, with install scripts skipped and no more network."
+        ));
     }
     Ok(None)
+}
+
+/// The package manager's install `command` with its dependencies' lifecycle scripts
+/// skipped, when it is one that can (`npm ci`/`install`, `pnpm install`, `yarn install`).
+fn without_install_scripts(command: &str) -> Option<String> {
+    let installs = ["npm ci", "npm install", "pnpm install", "yarn install"];
+    (installs.iter().any(|i| command.starts_with(i)) && !command.contains("--ignore-scripts"))
+        .then(|| format!("{command} --ignore-scripts"))
+}
+
+/// Whether a failed install failed in a lifecycle script (or reached for a host the proxy
+/// refused).
+fn install_script_failed(out: &ExecOutput) -> bool {
+    if !out.blocked_hosts.is_empty() {
+        return true;
+    }
+    let text = format!(
+        "{}\n{}",
+        out.stdout.to_text_lossy(),
+        out.stderr.to_text_lossy()
+    )
+    .to_lowercase();
+    [
+        "command sh -c",
+        "elifecycle",
+        "lifecycle script",
+        "install script",
+    ]
+    .iter()
+    .any(|m| text.contains(m))
 }
 
 fn failure_line(command: &str, out: &ExecOutput) -> String {
@@ -916,6 +996,18 @@ mod tests {
         evict(&cfg(2), &parent, &other);
         assert!(!base.exists(), "unheld, the least recently used goes");
         assert!(other.is_dir(), "the entry just made stays");
+    }
+
+    #[test]
+    fn only_a_package_managers_install_is_retried_without_scripts() {
+        assert_eq!(
+            without_install_scripts("npm ci --no-audit --no-fund").as_deref(),
+            Some("npm ci --no-audit --no-fund --ignore-scripts")
+        );
+        assert!(without_install_scripts("pnpm install --frozen-lockfile").is_some());
+        assert!(without_install_scripts("npm ci --ignore-scripts").is_none());
+        assert!(without_install_scripts("python3 -m venv x").is_none());
+        assert!(without_install_scripts("cargo fetch").is_none());
     }
 
     #[test]

@@ -447,3 +447,39 @@ fn a_refresh_reaches_only_what_the_base_reaches() {
     assert_eq!(base["network"], json!(["pypi"]), "{rec}");
     assert!(!mine["commands"].to_string().contains("go mod"), "{mine}");
 }
+
+/// Issue 39 point 4: an install script that downloads from a host outside the registries
+/// (here the package's own `postinstall`) fails under the policy. Set-up runs the install
+/// again with install scripts skipped — never with more network —, the report says so, and
+/// the fix verifies: the tests never needed what the script fetched.
+#[test]
+fn an_install_script_that_reaches_for_the_network_is_skipped_not_fatal() {
+    let f = Fixture::new("js-dep");
+    ignore(&f, "node_modules/\n");
+    let pkg = std::fs::read_to_string(f.repo().join("package.json")).unwrap();
+    let fetching = pkg.replace(
+        "\"test\": \"node --test\"",
+        "\"test\": \"node --test\",\n    \"postinstall\": \"node -e \\\"require('https').get('https://example.com/', () => process.exit(0)).on('error', e => { console.error('download failed: ' + e.message); process.exit(1) })\\\"\"",
+    );
+    assert_ne!(pkg, fetching);
+    std::fs::write(f.repo().join("package.json"), fetching).unwrap();
+    super::common::git(&f.repo(), &["commit", "-qam", "postinstall"]);
+    let script = f.script(&[
+        plan(&["calc.js"]),
+        edit(
+            "calc.js",
+            "function add(a, b) {\n  return a - b;",
+            "function add(a, b) {\n  return a + b;",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    let rec = record(&f, &json);
+    assert_eq!(rec["setup"]["network"], json!(["npm"]), "{rec}");
+    let report = f.report(json["run_id"].as_str().unwrap());
+    assert!(
+        report.contains("install scripts skipped") && report.contains("--ignore-scripts"),
+        "{report}"
+    );
+}
