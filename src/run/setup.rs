@@ -94,6 +94,7 @@ impl Workbench {
         let executor: Arc<dyn Executor> = switch.clone();
         let ctx = ToolContext::new(wt.path(), policy, led.tool_events())
             .map_err(|e| Error::io("cannot open the worktree", wt.path(), e))?;
+        set_read_only(&ctx, led);
         if let Some(plan) = &led.rec.plan {
             ctx.with_plan(|p| p.plan = Some(plan.clone()));
         }
@@ -131,12 +132,31 @@ impl Workbench {
     /// From now on the run's commands get the environment `led.rec.setup` names (a set-up
     /// that ran, or ran again after a manifest changed).
     pub(super) fn use_environment(&self, led: &Ledger<'_>) -> Result<()> {
+        set_read_only(&self.ctx, led);
         let local = Arc::new(LocalExecutor::new(self.worktree.path(), exec_options(led))?);
         let next = bounded(led.svc, local);
         if let Ok(mut inner) = self.switch.inner.write() {
             *inner = next;
         }
         Ok(())
+    }
+}
+
+/// Tell the tools which project paths the commands see read-only: the outputs of the
+/// environment in force.
+fn set_read_only(ctx: &ToolContext, led: &Ledger<'_>) {
+    let setup = led.rec.setup_run.as_ref().or(led.rec.setup.as_ref());
+    let outputs: Vec<String> = setup
+        .map(|s| {
+            s.outputs
+                .iter()
+                .map(|o| o.to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    match ctx.read_only.lock() {
+        Ok(mut g) => *g = outputs,
+        Err(p) => *p.into_inner() = outputs,
     }
 }
 

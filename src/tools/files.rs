@@ -42,6 +42,9 @@ fn check_write(ctx: &ToolContext, tool: &str, path: &str) -> Result<String> {
             "{path}: names the repository root; give a file path"
         )));
     }
+    if let Some(ro) = ctx.read_only_at(&rel) {
+        return Err(read_only_refusal(&rel, &ro));
+    }
     let verdict = ctx.policy.judge_path(&rel);
     let allowed = verdict.decision == Decision::Allow;
     let msg = format!(
@@ -56,6 +59,13 @@ fn check_write(ctx: &ToolContext, tool: &str, path: &str) -> Result<String> {
     }
 }
 
+/// What the model is told when it writes into the set-up's read-only output `ro`.
+fn read_only_refusal(rel: &str, ro: &str) -> ToolError {
+    ToolError::ToModel(format!(
+        "{rel}: `{ro}` is made by the project's set-up and every command sees it read-only (a file written here would be hidden from the tests); change what the set-up reads (the manifest, the lockfile) instead"
+    ))
+}
+
 /// The policy asked again about the real path a write lands on, which differs from the
 /// given one when a parent directory is an in-tree symlink.
 fn real_path_guard<'a>(
@@ -66,6 +76,11 @@ fn real_path_guard<'a>(
         let real = real.as_str();
         if real == given {
             return Ok(());
+        }
+        if let Some(ro) = ctx.read_only_at(&real) {
+            return Err(ConfineError::Refused(format!(
+                "{given}: resolves to {real}, inside `{ro}`, which the project's set-up makes and every command sees read-only; change what the set-up reads instead"
+            )));
         }
         let verdict = ctx.policy.judge_path(&real);
         let allowed = verdict.decision == Decision::Allow;

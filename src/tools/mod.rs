@@ -138,6 +138,10 @@ pub struct ToolContext {
     pub events: Arc<dyn EventSink>,
     /// Output size limits.
     pub limits: OutputLimits,
+    /// Project paths every command sees read-only (the set-up's outputs, `node_modules`):
+    /// a tool's write there would be hidden from every command by the mount, so it is
+    /// refused instead.
+    pub read_only: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -162,6 +166,21 @@ impl ToolContext {
             approvals: Arc::new(Mutex::new(Vec::new())),
             events,
             limits: OutputLimits::default(),
+            read_only: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+
+    /// The read-only project path `rel` (worktree-relative) is inside, if any.
+    pub fn read_only_at(&self, rel: &str) -> Option<String> {
+        let ro = match self.read_only.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        ro.into_iter().find(|r| {
+            rel == r
+                || rel
+                    .strip_prefix(r.as_str())
+                    .is_some_and(|t| t.starts_with('/'))
         })
     }
 

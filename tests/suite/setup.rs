@@ -84,8 +84,8 @@ fn a_src_layout_python_project_verifies_with_detection_alone() {
 
 /// An npm package with a lockfile and a test dependency: `npm ci` through the proxy,
 /// `node_modules` read-only in the worktree. A command that writes into it fails; a shim the
-/// model writes there with a tool is not what the tests see (the mount covers it), and the
-/// fix verifies.
+/// model writes there with a tool is refused (the mount would hide it from the tests), and
+/// the fix verifies.
 #[test]
 fn an_npm_project_gets_node_modules_read_only() {
     let f = Fixture::new("js-dep");
@@ -114,6 +114,12 @@ fn an_npm_project_gets_node_modules_read_only() {
     assert!(
         conversation.contains("Read-only file system"),
         "a write into node_modules is refused: {conversation}"
+    );
+    // A tool's write there too (issue 39 point 8): it would be hidden from every command.
+    assert!(
+        conversation
+            .contains("node_modules/.bin/node: `node_modules` is made by the project's set-up"),
+        "write_file into node_modules is refused: {conversation}"
     );
     let baseline = rec["verification"][0]["result"].as_str().unwrap();
     assert!(baseline.contains("add adds two numbers"), "{baseline}");
@@ -481,5 +487,32 @@ fn an_install_script_that_reaches_for_the_network_is_skipped_not_fatal() {
     assert!(
         report.contains("install scripts skipped") && report.contains("--ignore-scripts"),
         "{report}"
+    );
+}
+
+/// Issue 39 point 8 (`environment::check_python`, never exercised before): a `[setup]` that
+/// installs the project itself, not editable, and does not put the tree first. The tests
+/// would import the installed copy, never the run's change: the run ends
+/// `environment_failed` before any model turn and says where the package came from.
+#[test]
+fn an_installed_copy_instead_of_the_tree_is_an_environment_failure() {
+    let f = Fixture::new("python-src");
+    std::fs::create_dir_all(f.repo().join(".github")).unwrap();
+    std::fs::write(
+        f.repo().join(".github/agent.toml"),
+        "[setup]\ncommands = [\"python3 -m venv $GIT_AGENT_ENV/venv\", \"$GIT_AGENT_ENV/venv/bin/pip install --disable-pip-version-check --no-input --quiet . pytest\"]\npath = [\"$GIT_AGENT_ENV/venv/bin\"]\n[setup.env]\nVIRTUAL_ENV = \"$GIT_AGENT_ENV/venv\"\n",
+    )
+    .unwrap();
+    super::common::git(&f.repo(), &["add", "-A"]);
+    super::common::git(&f.repo(), &["commit", "-qm", "setup"]);
+    let script = f.script(&[plan(&["src/calcsrc/__init__.py"]), finish()]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(code, Some(6), "{json}");
+    let rec = record(&f, &json);
+    assert_eq!(rec["turns"], 0, "{rec}");
+    let line = rec["verification"][0].to_string();
+    assert!(
+        line.contains("would not import the project's own code") && line.contains("site-packages"),
+        "{line}"
     );
 }
