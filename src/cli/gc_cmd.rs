@@ -7,13 +7,12 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 
 use super::context;
-use crate::run::record::RunRecord;
-use crate::workspace::{GcOptions, Repo};
+use crate::workspace::GcOptions;
 
 /// Arguments of `git agent gc`.
 #[derive(Debug, clap::Args)]
@@ -35,17 +34,6 @@ pub struct Args {
     pub repo: Option<PathBuf>,
 }
 
-/// When the run `id` of `repo` ended, from its record; `None` while it has not (or has no
-/// readable record: its worktree is kept).
-fn ended_at(repo: &Repo, id: &str) -> Option<SystemTime> {
-    let rec = RunRecord::load(&repo.run_dir(id)).ok()?;
-    if !rec.state.is_terminal() {
-        return None;
-    }
-    let at: jiff::Timestamp = rec.updated_at.parse().ok()?;
-    SystemTime::try_from(at).ok()
-}
-
 /// `git agent gc`.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let state = match args.state_dir {
@@ -59,14 +47,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let opts = GcOptions {
         older_than: Duration::from_secs_f64(args.older_than * 86_400.0),
         max_bytes: args.max_size.map(|mb| mb.saturating_mul(1024 * 1024)),
+        measure_kept: true,
     };
-    let seen = repo.gc_worktrees(&opts, &|id| ended_at(&repo, id))?;
+    let seen = repo.gc_worktrees(&opts, &|id| crate::run::ended_at(&repo, id))?;
     let mut out = super::output::stdout(&super::output::process_redactor()?);
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     // A run removes its private set-ups when it ends; one that crashed leaves them.
     if let Some(state) = repo.state_dir() {
         for (path, bytes) in
-            crate::run::gc_private_setups(state, &|id| ended_at(&repo, id).is_some())
+            crate::run::gc_private_setups(state, &|id| crate::run::ended_at(&repo, id).is_some())
         {
             writeln!(
                 out,

@@ -260,6 +260,34 @@ pub async fn start(svc: &Services, mut task: Task, opts: StartOptions) -> Result
     run.drive().await
 }
 
+/// After a run ends, what `git agent gc` removes by default goes without anyone asking
+/// (issue 39): pooled worktrees and finished runs' worktrees a week old, and the private
+/// set-ups of runs that ended without removing theirs. Only what goes is measured; a
+/// failure is logged, never the run's.
+fn collect_garbage(svc: &Services) {
+    let opts = crate::workspace::GcOptions {
+        older_than: std::time::Duration::from_secs(7 * 86_400),
+        max_bytes: None,
+        measure_kept: false,
+    };
+    match svc
+        .repo
+        .gc_worktrees(&opts, &|id| super::record::ended_at(&svc.repo, id))
+    {
+        Ok(seen) => {
+            for e in seen.iter().filter(|e| e.removed) {
+                tracing::info!(path = %e.path.display(), bytes = e.bytes, "gc: removed an old worktree");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "gc after the run failed"),
+    }
+    if let Some(state) = svc.repo.state_dir() {
+        environment::gc_private(state, &|id| {
+            super::record::ended_at(&svc.repo, id).is_some()
+        });
+    }
+}
+
 /// Continue a stopped run; with `approve`, approve its pending request first.
 pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Result<Outcome> {
     let dir = svc.repo.run_dir(run_id);
@@ -392,6 +420,7 @@ impl<'a> Active<'a> {
         if self.led.rec.state.is_terminal() {
             // The run's private set-ups (issue 38) serve nothing once it has ended.
             environment::remove_private(svc, &self.led.rec.run_id);
+            collect_garbage(svc);
         }
         if !svc.warm_pool || !self.led.rec.state.is_terminal() {
             return;

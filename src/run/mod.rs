@@ -57,4 +57,5 @@ mod verification;
 
 pub use environment::gc_private as gc_private_setups;
 pub use error::{Error, Result};
+pub use record::ended_at;
 pub use state::RunState;

@@ -375,6 +375,17 @@ pub fn now() -> String {
     jiff::Timestamp::now().to_string()
 }
 
+/// When the run `id` of `repo` ended, from its record; `None` while it has not (or has no
+/// readable record: its worktree is kept). What `gc` asks of every run worktree it finds.
+pub fn ended_at(repo: &crate::workspace::Repo, id: &str) -> Option<std::time::SystemTime> {
+    let rec = RunRecord::load(&repo.run_dir(id)).ok()?;
+    if !rec.state.is_terminal() {
+        return None;
+    }
+    let at: jiff::Timestamp = rec.updated_at.parse().ok()?;
+    std::time::SystemTime::try_from(at).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixture::World;

@@ -360,14 +360,23 @@ impl Repo {
             }
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let measure_all = opts.measure_kept || opts.max_bytes.is_some();
         let mut out: Vec<GcEntry> = entries
             .into_iter()
-            .map(|(at, path, pooled)| GcEntry {
-                bytes: disk_usage(&path),
-                age: now.duration_since(at).unwrap_or_default(),
-                path,
-                pooled,
-                removed: false,
+            .map(|(at, path, pooled)| {
+                let age = now.duration_since(at).unwrap_or_default();
+                let bytes = if measure_all || age >= opts.older_than {
+                    disk_usage(&path)
+                } else {
+                    0
+                };
+                GcEntry {
+                    bytes,
+                    age,
+                    path,
+                    pooled,
+                    removed: false,
+                }
             })
             .collect();
         let mut kept: u64 = 0;
@@ -423,6 +432,9 @@ pub struct GcOptions {
     pub older_than: std::time::Duration,
     /// Then remove the oldest of the rest while they take more than this many bytes.
     pub max_bytes: Option<u64>,
+    /// Measure the worktrees kept too (for a report); without it and without `max_bytes`,
+    /// only what is removed is measured, so a gc after every run costs no walk of the rest.
+    pub measure_kept: bool,
 }
 
 /// A worktree [`Repo::gc_worktrees`] looked at.

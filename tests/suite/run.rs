@@ -1473,3 +1473,53 @@ fn a_pooled_worktree_of_a_repository_cloned_again_is_dropped_not_fatal() {
         "{report}"
     );
 }
+
+/// Issue 39 point 8: what `git agent gc` removes by default goes after every run without
+/// anyone asking: a pooled worktree a week old is gone once the next run ends; a newer one
+/// stays.
+#[test]
+fn a_week_old_pooled_worktree_goes_when_a_run_ends() {
+    let f = Fixture::new("python-add");
+    let fix = || {
+        f.script(&[
+            plan(&["calc.py"]),
+            edit(
+                "calc.py",
+                "def add(a, b):\n    return a - b",
+                "def add(a, b):\n    return a + b",
+            ),
+            finish(),
+        ])
+    };
+    let (code, first) = f.fix(&fix(), &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{first}");
+    let pooled = f.pooled(first["run_id"].as_str().unwrap()).expect("pooled");
+    let pool = pooled.parent().unwrap().to_path_buf();
+    // Another pooled worktree, pooled eight days ago (named to be taken last).
+    let old = pool.join("zzz-old");
+    let out = Command::new("git")
+        .args(["worktree", "add", "-q", "--detach"])
+        .arg(&old)
+        .current_dir(f.repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let week_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(8 * 86_400);
+    std::fs::File::open(&old)
+        .unwrap()
+        .set_modified(week_ago)
+        .unwrap();
+    let (code, second) = f.fix(&fix(), &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{second}");
+    assert!(!old.exists(), "the week-old pooled worktree is gone");
+    let list = git(&f.repo(), &["worktree", "list", "--porcelain"]);
+    assert!(!list.contains("zzz-old"), "{list}");
+    assert!(
+        f.pooled(second["run_id"].as_str().unwrap()).is_some(),
+        "the run just ended is pooled"
+    );
+}

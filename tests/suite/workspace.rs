@@ -1066,6 +1066,7 @@ fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
             &GcOptions {
                 older_than: Duration::from_secs(10 * 86_400),
                 max_bytes: None,
+                measure_kept: true,
             },
             &ended,
         )
@@ -1082,6 +1083,7 @@ fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
             &GcOptions {
                 older_than: Duration::from_secs(2 * 86_400),
                 max_bytes: None,
+                measure_kept: true,
             },
             &ended,
         )
@@ -1098,6 +1100,7 @@ fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
             &GcOptions {
                 older_than: Duration::from_secs(10 * 86_400),
                 max_bytes: Some(1),
+                measure_kept: true,
             },
             &ended,
         )
