@@ -30,3 +30,17 @@ pub fn load_config(
 ) -> anyhow::Result<Config> {
     Ok(crate::run::services::load_config(repo, user_file, flags)?)
 }
+
+/// A state directory a person named (`--state-dir`, `GIT_AGENT_STATE_DIR`): refused when a
+/// component starts with `.`, since run checkouts go under it and real projects take such
+/// a path for hidden (issue 39). The default (`~/.local/state/git-agent`) has one too; its
+/// checkouts go elsewhere (`workspace::checkouts_root`).
+pub(crate) fn explicit_state_dir(dir: std::path::PathBuf) -> anyhow::Result<std::path::PathBuf> {
+    if crate::workspace::has_dot_component(&dir) {
+        anyhow::bail!(
+            "state directory {}: a component starts with `.`; run worktrees go under it, and real projects take such paths for hidden files (a static-file server answers 404). Choose one without (--state-dir, GIT_AGENT_STATE_DIR)",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}

@@ -37,7 +37,7 @@ pub struct Args {
 /// `git agent gc`.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let state = match args.state_dir {
-        Some(d) => d,
+        Some(d) => super::context::explicit_state_dir(d)?,
         None => crate::config::user_state_dir().context("no HOME; pass --state-dir")?,
     };
     let repo = context::open_repo(args.repo.as_deref())?.with_state_dir(state);

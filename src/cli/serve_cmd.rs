@@ -183,7 +183,7 @@ fn limits(args: &Args) -> server::Limits {
 
 fn state_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(d) = flag {
-        return Ok(d);
+        return super::context::explicit_state_dir(d);
     }
     crate::config::user_state_dir().context("no HOME; pass --state-dir")
 }

@@ -44,7 +44,11 @@ impl World {
 
     /// A repository with `value.txt` = 1 committed on `main`, and `script` as the model.
     pub(super) fn new(script: &[serde_json::Value]) -> Self {
-        let tmp = tempfile::tempdir().expect("temp dir");
+        // No dot-component: run checkouts go under its state directory (issue 39).
+        let tmp = tempfile::Builder::new()
+            .prefix("ga-test-")
+            .tempdir()
+            .expect("temp dir");
         let work = tmp.path().join("work");
         std::fs::create_dir_all(&work).expect("work dir");
         std::fs::write(work.join("value.txt"), "1\n").expect("write");

@@ -145,7 +145,10 @@ mod tests {
 
     #[test]
     fn a_clean_checkout_holds_the_commit_and_nothing_else() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("ga-test-")
+            .tempdir()
+            .unwrap();
         let dir = tmp.path().join("repo");
         let repo = Repo::init_with_files(
             &dir,

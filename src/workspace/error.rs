@@ -75,6 +75,17 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// The state directory has a dot-component and the directory its checkouts go to
+    /// instead is not one the agent's user alone controls (issue 39).
+    #[error(
+        "the run checkouts' directory {dir} (used because the state directory {state} has a component starting with `.`, which real projects take for hidden) is not a directory of this user's that no one else may write; remove it, or give a state directory without a dot-component (GIT_AGENT_STATE_DIR, --state-dir, XDG_STATE_HOME)"
+    )]
+    CheckoutsDir {
+        /// The directory refused.
+        dir: PathBuf,
+        /// The state directory.
+        state: PathBuf,
+    },
     /// A run worktree was asked for, but the front door set no state directory to put it in.
     #[error(
         "no state directory for run worktrees (set XDG_STATE_HOME or HOME, or the bot's --state-dir)"

@@ -25,7 +25,10 @@ pub use error::{Error, Result};
 pub use record::run_ref;
 pub use remote::Credentials;
 pub use repo::{Repo, repo_key};
-pub use worktree::{GcEntry, GcOptions, Provenance, Worktree, WorktreeOptions, WorktreeRequest};
+pub use worktree::{
+    GcEntry, GcOptions, Provenance, Worktree, WorktreeOptions, WorktreeRequest, checkouts_root,
+    has_dot_component,
+};
 
 /// A repository-relative path (bytes, `/`-separated) as a filesystem path.
 #[cfg(unix)]

@@ -94,18 +94,61 @@ pub(super) fn validate_name(name: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether a component of `path` starts with `.` (`~/.local/state`, `/tmp/.tmpX`): real
+/// projects' code takes such a path for a hidden file (a web framework's static-file
+/// server answers 404 for anything under a dot-directory), so no checkout of a run may
+/// live under one (issue 39).
+pub fn has_dot_component(path: &Path) -> bool {
+    path.components().any(|c| match c {
+        std::path::Component::Normal(n) => n.as_encoded_bytes().first() == Some(&b'.'),
+        _ => false,
+    })
+}
+
+/// Where a state directory's checkouts (run worktrees, the pool, set-up and verification
+/// checkouts) go: the state directory itself when no component of it starts with a dot,
+/// else `/var/tmp/git-agent-<uid>` (the XDG default `~/.local/state` has one). That
+/// directory must be the agent user's own, a real directory no one else may write;
+/// otherwise an error, never a checkout in a place another user controls.
+pub fn checkouts_root(state: &Path) -> Result<PathBuf> {
+    if !has_dot_component(state) {
+        return Ok(state.to_path_buf());
+    }
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let me = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .map_err(io_err("cannot read", "/proc/self"))?;
+    let dir = PathBuf::from(format!("/var/tmp/git-agent-{me}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_err("cannot create", &dir)(e)),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(io_err("cannot read", &dir))?;
+    let ours = meta.is_dir() && meta.uid() == me && meta.permissions().mode() & 0o022 == 0;
+    if !ours {
+        return Err(Error::CheckoutsDir {
+            dir,
+            state: state.to_path_buf(),
+        });
+    }
+    Ok(dir)
+}
+
 impl Repo {
-    /// Directory holding this repository's run worktrees: `<state>/worktrees/<repo-key>`
-    /// (see [`Repo::key`]). An error when no state directory was set.
+    /// Directory holding this repository's run worktrees (and its set-up and verification
+    /// checkouts): `<checkouts>/worktrees/<repo-key>` (see [`Repo::key`],
+    /// [`checkouts_root`]). An error when no state directory was set.
     pub fn worktrees_dir(&self) -> Result<PathBuf> {
         let state = self.state_dir().ok_or(Error::NoStateDir)?;
-        Ok(state.join("worktrees").join(self.key()))
+        Ok(checkouts_root(state)?.join("worktrees").join(self.key()))
     }
 
-    /// The warm pool of this repository: `<state>/pool/<repo-key>`.
+    /// The warm pool of this repository: `<checkouts>/pool/<repo-key>` (on the same file
+    /// system as the worktrees: a pooled worktree moves with one rename).
     pub fn pool_dir(&self) -> Result<PathBuf> {
         let state = self.state_dir().ok_or(Error::NoStateDir)?;
-        Ok(state.join("pool").join(self.key()))
+        Ok(checkouts_root(state)?.join("pool").join(self.key()))
     }
 
     /// Where run worktrees lived before they moved to the state directory; read for resume,

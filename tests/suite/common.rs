@@ -55,3 +55,13 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A temporary directory whose path has no component starting with `.` (tempfile's own
+/// start with `.tmp`): run checkouts go under a test's state directory only when it has
+/// none (issue 39), and a state directory named by a flag with one is refused.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("ga-test-")
+        .tempdir()
+        .expect("a temporary directory")
+}

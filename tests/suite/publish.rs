@@ -24,7 +24,7 @@ struct World {
 
 impl World {
     fn new(script: &[serde_json::Value]) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = super::common::tempdir();
         let work = tmp.path().join("work");
         copy_dir(
             &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust-add"),

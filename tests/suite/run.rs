@@ -14,7 +14,7 @@ pub(super) struct Fixture {
 
 impl Fixture {
     pub(super) fn new(name: &str) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = super::common::tempdir();
         let repo = tmp.path().join("repo");
         copy_dir(
             &Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -740,7 +740,7 @@ fn tampered_audit_log_is_caught() {
 /// `git agent demo` runs the whole loop and says plainly that the model is scripted.
 #[test]
 fn demo_runs_the_whole_loop() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let out = Command::new(env!("CARGO_BIN_EXE_git-agent"))
         .args(["demo", "--dir"])
         .arg(tmp.path())
@@ -1370,7 +1370,7 @@ fn sigterm_at_the_terminal_cancels_the_run_with_a_report() {
 /// renders them for git.
 #[test]
 fn the_manual_pages_document_every_command_and_git_help_opens_them() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let agent = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_git-agent"))
             .args(args)
@@ -1522,4 +1522,81 @@ fn a_week_old_pooled_worktree_goes_when_a_run_ends() {
         f.pooled(second["run_id"].as_str().unwrap()).is_some(),
         "the run just ended is pooled"
     );
+}
+
+/// Issue 39 point 3: a suite that serves a static file by its absolute path, through a
+/// server that (like `send`, behind `res.sendFile`) answers 404 for anything under a
+/// dot-directory. With the default state directory (`~/.local/state`, a dot-component),
+/// the run's checkouts go to a directory without one, so the suite passes there: only the
+/// bug fails, and the fix verifies with nothing excused.
+#[test]
+fn a_static_file_suite_passes_because_no_run_path_has_a_dot() {
+    let f = Fixture::new("js-add");
+    let repo = f.repo();
+    std::fs::create_dir_all(repo.join("public")).unwrap();
+    std::fs::write(repo.join("public/hello.txt"), "hello\n").unwrap();
+    std::fs::write(
+        repo.join("static.js"),
+        "const fs = require('node:fs');\nconst path = require('node:path');\n\n// Like `send`: a path with a dot-directory anywhere is hidden.\nfunction serve(abs) {\n  if (path.resolve(abs).split(path.sep).some((c) => c.startsWith('.'))) return { status: 404 };\n  return { status: 200, body: fs.readFileSync(abs, 'utf8') };\n}\n\nmodule.exports = { serve };\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join("test/static.test.js"),
+        "const test = require('node:test');\nconst assert = require('node:assert');\nconst path = require('node:path');\nconst { serve } = require('../static.js');\n\ntest('serves a static file', () => {\n  const r = serve(path.join(__dirname, '..', 'public', 'hello.txt'));\n  assert.strictEqual(r.status, 200);\n});\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "static"]);
+    let script = f.script(&[
+        plan(&["calc.js"]),
+        edit(
+            "calc.js",
+            "function add(a, b) {\n  return a - b;",
+            "function add(a, b) {\n  return a + b;",
+        ),
+        finish(),
+    ]);
+    // The XDG default's shape: a state directory under a dot-directory.
+    let dotted = f.state().join(".local/state");
+    let (code, json) = f.fix(
+        &script,
+        &["fix add"],
+        &[("XDG_STATE_HOME", dotted.to_str().unwrap())],
+    );
+    assert_eq!(code, Some(0), "{json}");
+    let run = json["run_id"].as_str().unwrap();
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(f.run_dir(run).join("record.json")).unwrap())
+            .unwrap();
+    let wt = PathBuf::from(rec["worktree"].as_str().unwrap());
+    assert!(
+        !git_agent::workspace::has_dot_component(&wt),
+        "{}",
+        wt.display()
+    );
+    let baseline = rec["verification"][0]["result"].as_str().unwrap();
+    assert!(!baseline.contains("serves a static file"), "{baseline}");
+    let report = f.report(run);
+    assert!(
+        report.contains("verified by the project's tests"),
+        "{report}"
+    );
+    assert!(!report.contains("Pre-existing"), "{report}");
+}
+
+/// Issue 39 point 3: a state directory a person names with a dot-component is refused with
+/// a clear error (run checkouts would go under it), for `gc` as for `serve`.
+#[test]
+fn a_named_state_directory_with_a_dot_is_refused() {
+    let f = Fixture::new("python-add");
+    let dotted = f.state().join(".hidden");
+    let out = f.agent(&["gc", "--state-dir", dotted.to_str().unwrap()], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("a component starts with `.`"), "{err}");
+    let out = f.agent(
+        &["gc"],
+        &[("GIT_AGENT_STATE_DIR", dotted.to_str().unwrap())],
+    );
+    assert_ne!(out.status.code(), Some(0));
 }

@@ -157,7 +157,7 @@ async fn wait_job(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_killed_between_commit_and_response_runs_the_job_once() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = super::common::tempdir();
     let db = dir.path().join("serve.db");
     let (api, fake) = fake_github().await;
     let port = free_port();
@@ -216,7 +216,7 @@ async fn server_killed_between_commit_and_response_runs_the_job_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_mid_job_is_finished_once_after_its_lease_expires() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = super::common::tempdir();
     let db = dir.path().join("serve.db");
     let (api, fake) = fake_github().await;
     fake.hang.store(true, Ordering::SeqCst);
@@ -281,7 +281,7 @@ fn serve_refuses_to_start_without_a_webhook_secret() {
 /// carries its id, event and outcome as fields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_one_object_a_line_with_the_deliverys_fields() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = super::common::tempdir();
     let (api, _fake) = fake_github().await;
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
@@ -340,7 +340,7 @@ async fn json_logs_are_one_object_a_line_with_the_deliverys_fields() {
 /// A `--log` filter that does not parse is refused at start, not silently replaced.
 #[test]
 fn serve_refuses_a_log_filter_it_cannot_read() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = super::common::tempdir();
     let mut child = Served(
         Command::new(env!("CARGO_BIN_EXE_git-agent"))
             .args([

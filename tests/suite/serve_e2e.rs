@@ -66,7 +66,7 @@ pub(super) fn finish_line() -> Value {
 }
 
 pub(super) async fn world_with(lines: &[Value]) -> World {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let payload = labeled_example();
     let owner = payload["repository"]["owner"]["login"]
         .as_str()

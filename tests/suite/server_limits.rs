@@ -487,7 +487,7 @@ fn proc_kib(pid: u32, field: &str) -> u64 {
 async fn two_hundred_slow_or_idle_clients_do_not_delay_a_signed_delivery() {
     const TIMEOUT_SECS: u64 = 2;
     const BODY_MIB: u64 = 16;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = super::common::tempdir();
     let token_file = dir.path().join("status-token");
     std::fs::write(&token_file, format!("{STATUS_TOKEN}\n")).unwrap();
     let port = free_port();

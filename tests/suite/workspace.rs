@@ -37,7 +37,7 @@ fn sample_repo(dir: &Path) {
 /// The repository at or above `dir`, with a state directory of its own for run worktrees
 /// (kept while the returned guard lives).
 fn open(dir: impl AsRef<Path>) -> (Repo, tempfile::TempDir) {
-    let state = tempfile::tempdir().unwrap();
+    let state = super::common::tempdir();
     let repo = Repo::discover(dir).unwrap().with_state_dir(state.path());
     (repo, state)
 }
@@ -120,7 +120,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// Our commit of a matrix of changes equals what `git add -A && git commit` makes in a copy.
 #[test]
 fn commit_matches_git_add_all_for_a_matrix_of_changes() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let main = tmp.path().join("repo");
     std::fs::create_dir(&main).unwrap();
     sample_repo(&main);
@@ -184,7 +184,7 @@ fn commit_matches_git_add_all_for_a_matrix_of_changes() {
 /// An existing branch is refused unless resuming; resuming reopens the same worktree.
 #[test]
 fn existing_branch_is_refused_unless_resuming() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     let (repo, _state) = open(tmp.path());
     git(tmp.path(), &["branch", "agent/taken"]);
@@ -228,7 +228,7 @@ fn existing_branch_is_refused_unless_resuming() {
 /// would otherwise decide the next run's baseline (issue 18).
 #[test]
 fn a_pooled_worktree_keeps_no_ignored_file_of_the_run_before() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     write(
         tmp.path(),
@@ -296,7 +296,7 @@ fn a_pooled_worktree_keeps_no_ignored_file_of_the_run_before() {
 /// result is indistinguishable (for git) from a fresh checkout.
 #[test]
 fn warm_pool_reuse_resets_only_changed_files() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
@@ -376,7 +376,7 @@ fn warm_pool_reuse_resets_only_changed_files() {
 /// Rolling back to a checkpoint restores its tree and branch exactly.
 #[test]
 fn rollback_to_a_checkpoint() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
@@ -403,7 +403,7 @@ fn rollback_to_a_checkpoint() {
 /// external diff program.
 #[test]
 fn diff_and_diffstat_against_base() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
@@ -455,7 +455,7 @@ fn diff_and_diffstat_against_base() {
 /// bound by `.gitattributes`, an external diff) fires none of them through any operation.
 #[test]
 fn planted_canaries_never_fire() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let dir = tmp.path().join("repo");
     std::fs::create_dir(&dir).unwrap();
     sample_repo(&dir);
@@ -635,7 +635,7 @@ fn grep_tree(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
 /// under either repository's `.git`.
 #[test]
 fn push_keeps_the_token_out_of_argv_and_files() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let dir = tmp.path().join("repo");
     std::fs::create_dir(&dir).unwrap();
     sample_repo(&dir);
@@ -774,7 +774,7 @@ fn capture_http_auth(repo: &Repo, token: &str) -> String {
 /// remote, fetched into a second clone, read back equal.
 #[test]
 fn run_record_ref_round_trips_through_a_remote() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let dir = tmp.path().join("repo");
     std::fs::create_dir(&dir).unwrap();
     sample_repo(&dir);
@@ -839,7 +839,7 @@ fn run_record_ref_round_trips_through_a_remote() {
 /// Removing a worktree deletes it and its bookkeeping; prune clears stale entries.
 #[test]
 fn remove_and_prune() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     let (repo, _state) = open(tmp.path());
     let (wt, _) = repo
@@ -860,7 +860,7 @@ fn remove_and_prune() {
 /// record anyway; the push is atomic and says which ref the remote refused.
 #[test]
 fn a_refused_branch_push_pushes_nothing_and_names_the_ref() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let dir = tmp.path().join("work");
     std::fs::create_dir_all(&dir).unwrap();
     sample_repo(&dir);
@@ -924,7 +924,7 @@ fn a_refused_branch_push_pushes_nothing_and_names_the_ref() {
 /// checkouts of the same name, whichever worktree the repository is opened from.
 #[test]
 fn run_worktrees_live_outside_the_repository_and_any_dot_git() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     let a = tmp.path().join("one/app");
     let b = tmp.path().join("two/app");
     for d in [&a, &b] {
@@ -970,7 +970,7 @@ fn run_worktrees_live_outside_the_repository_and_any_dot_git() {
 /// following it, and keeps its uncommitted work.
 #[test]
 fn a_resumed_run_moves_its_old_worktree_out_of_the_repository() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     let old = tmp.path().join(".git/agent/worktrees/old");
     git(
@@ -1022,7 +1022,7 @@ fn a_resumed_run_moves_its_old_worktree_out_of_the_repository() {
 fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
     use git_agent::workspace::GcOptions;
     use std::time::{Duration, SystemTime};
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = super::common::tempdir();
     sample_repo(tmp.path());
     let (repo, _state) = open(tmp.path());
     let mk = |id: &str| {

@@ -68,7 +68,7 @@ impl Runner {
     }
 
     fn with_event(event_name: &'static str, event: &Value) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = super::super::common::tempdir();
         let seed = tmp.path().join("seed");
         copy_dir(
             &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rust-add"),
