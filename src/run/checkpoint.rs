@@ -117,52 +117,15 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
             Decision::Ask => asks.push(format!("`{path}` at {approved}: {why}")),
         }
     }
-    if !executables.is_empty() {
-        let subject = executables.join("; ");
-        let approved = led
-            .rec
-            .approvals
-            .iter()
-            .any(|a| a.approves(NEW_EXECUTABLE, &subject));
-        if !approved {
-            gated.pending = Some(Approval::pending(
-                NEW_EXECUTABLE,
-                &subject,
-                RiskTier::High,
-                Vec::new(),
-            ));
-        }
-    }
-    if !asks.is_empty() && gated.pending.is_none() {
-        let subject = asks.join("; ");
-        let approved = led
-            .rec
-            .approvals
-            .iter()
-            .any(|a| a.approves(RUNNER_CONFIG, &subject));
-        if !approved {
-            gated.pending = Some(Approval::pending(
-                RUNNER_CONFIG,
-                &subject,
-                RiskTier::High,
-                vec![policy.runner_config.1.clone()],
-            ));
-        }
-    }
-    if !setup_asks.is_empty() && gated.pending.is_none() {
-        let subject = setup_asks.join("; ");
-        let approved = led
-            .rec
-            .approvals
-            .iter()
-            .any(|a| a.approves(SETUP_CHANGE, &subject));
-        if !approved {
-            gated.pending = Some(Approval::pending(
-                SETUP_CHANGE,
-                &subject,
-                RiskTier::High,
-                vec![policy.runner_config.1.clone()],
-            ));
+    // One question at a time, in this order; each for exactly these contents.
+    let rules = vec![policy.runner_config.1.clone()];
+    for (tool, lines, rules) in [
+        (NEW_EXECUTABLE, &executables, Vec::new()),
+        (RUNNER_CONFIG, &asks, rules.clone()),
+        (SETUP_CHANGE, &setup_asks, rules),
+    ] {
+        if gated.pending.is_none() {
+            gated.pending = unapproved(led, tool, lines, rules);
         }
     }
     if refused.is_empty() {
@@ -184,6 +147,22 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
         lines.join("; ")
     );
     Ok(gated)
+}
+
+/// The approval `tool` needs for `lines` (one subject, all of them), unless a person gave it
+/// already; `None` when there is nothing to ask.
+fn unapproved(
+    led: &Ledger<'_>,
+    tool: &str,
+    lines: &[String],
+    rules: Vec<crate::policy::RuleRef>,
+) -> Option<Approval> {
+    if lines.is_empty() {
+        return None;
+    }
+    let subject = lines.join("; ");
+    let approved = led.rec.approvals.iter().any(|a| a.approves(tool, &subject));
+    (!approved).then(|| Approval::pending(tool, &subject, RiskTier::High, rules))
 }
 
 /// A path's content in the work tree as git would store it (a link's target for a symbolic

@@ -776,8 +776,13 @@ fn normalized_failure(text: &str, roots: &[&Path]) -> String {
                     r"\b\d+(\.\d+)?\s?(ms|s|µs|us|ns|sec|secs|seconds)\b",
                     "<time>",
                 ),
-                // Rust prints the panicking thread's id: `thread 'name' (117) panicked`.
+                // Rust prints the panicking thread's id: `thread 'name' (117) panicked`, and
+                // its backtrace hint once per process, after whichever test panicked first.
                 (r"(thread '[^']*') \(\d+\)", "$1"),
+                (
+                    r"(?m)^note: (?:run with `RUST_BACKTRACE|Some details are omitted).*$",
+                    "",
+                ),
                 (r"(\.[A-Za-z]{1,5}):\d+(:\d+)?", "$1:<line>"),
                 (r"\bline \d+", "line <n>"),
                 (r"0x[0-9a-fA-F]{6,}", "0x<addr>"),
@@ -1151,7 +1156,7 @@ mod tests {
         let a = Path::new("/state/worktrees/r1");
         let b = Path::new("/state/worktrees/r1-verify");
         let before = "thread 'x' (117) panicked at /state/worktrees/r1/src/lib.rs:40:5:\nleft: 1\nright: 2 (0.03s)";
-        let after = "thread 'x' (3) panicked at /state/worktrees/r1-verify/src/lib.rs:44:5:\nleft: 1\nright: 2 (0.05s)";
+        let after = "thread 'x' (3) panicked at /state/worktrees/r1-verify/src/lib.rs:44:5:\nleft: 1\nright: 2 (0.05s)\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace";
         assert_eq!(
             normalized_failure(before, &[a, b]),
             normalized_failure(after, &[a, b])

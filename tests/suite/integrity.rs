@@ -1037,7 +1037,8 @@ fn an_unrelated_rust_failure_at_the_base_does_not_block_a_real_fix() {
     let script = f.script(&[plan(&["src/lib.rs"]), fix(), finish()]);
     let goal = "add returns the wrong sum; it should not error or subtract";
     let (code, json) = f.fix(&script, &[goal], &[]);
-    assert_eq!(code, Some(0), "{json}");
+    let rec = std::fs::read_to_string(f.run_dir(&run_id(&json)).join("record.json")).unwrap();
+    assert_eq!(code, Some(0), "{rec}");
     let report = f.report(&run_id(&json));
     assert!(
         report.contains("Pre-existing failures") && report.contains("empty_input_does_not_error"),
