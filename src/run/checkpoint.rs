@@ -79,30 +79,22 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
             // The plan names it, but the model wrote the plan: a person decides (issue 18).
             executables.push(format!("`{path}` at {approved}: a new executable file"));
         }
-        let Some(why) = runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command)
-        else {
-            // What set-up reads decides what is installed and what runs while installing: a
-            // change to it decides its own verification only once a person lets it (the
-            // deciding runs then get a fresh set-up of the committed tree, issue 38).
-            if led.rec.setup.is_some()
-                && let Some((_, why)) = super::environment::setup_inputs(
+        // The runner's configuration decides how the tests run; what set-up reads decides
+        // what is installed and what runs while installing (issue 38). Either decides its
+        // own verification only once a person lets it (a change to what set-up reads then
+        // gets a fresh set-up of the committed tree for the deciding runs).
+        let judged =
+            match runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command) {
+                Some(why) => Some((why, "the test runner's configuration", &mut asks)),
+                None if led.rec.setup.is_some() => super::environment::setup_inputs(
                     led.rec.setup.as_ref(),
                     std::slice::from_ref(&path),
                 )
                 .pop()
-            {
-                match policy.runner_config.0 {
-                    Decision::Allow => {}
-                    Decision::Forbid => refused.push((
-                        path,
-                        format!(
-                            "{why}; changing what set-up reads is forbidden ({}, {})",
-                            policy.runner_config.1.rule, policy.runner_config.1.origin
-                        ),
-                    )),
-                    Decision::Ask => setup_asks.push(format!("`{path}` at {approved}: {why}")),
-                }
-            }
+                .map(|(_, why)| (why, "what set-up reads", &mut setup_asks)),
+                None => None,
+            };
+        let Some((why, what, asked)) = judged else {
             continue;
         };
         match policy.runner_config.0 {
@@ -110,11 +102,11 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
             Decision::Forbid => refused.push((
                 path,
                 format!(
-                    "{why}; changing the test runner's configuration is forbidden ({}, {})",
+                    "{why}; changing {what} is forbidden ({}, {})",
                     policy.runner_config.1.rule, policy.runner_config.1.origin
                 ),
             )),
-            Decision::Ask => asks.push(format!("`{path}` at {approved}: {why}")),
+            Decision::Ask => asked.push(format!("`{path}` at {approved}: {why}")),
         }
     }
     // One question at a time, in this order; each for exactly these contents.

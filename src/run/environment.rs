@@ -416,10 +416,7 @@ async fn run_commands(
         let out = exec
             .run(ExecRequest::shell(command.clone()).timeout(left))
             .await?;
-        led.audit(
-            Kind::Setup,
-            json!({"event": "command", "command": command, "status": out.status, "duration_ms": out.duration.as_millis() as u64, "blocked_hosts": out.blocked_hosts}),
-        )?;
+        audit_command(led, command, &out)?;
         if out.status.success() {
             continue;
         }
@@ -442,10 +439,7 @@ async fn run_commands(
         let again = exec
             .run(ExecRequest::shell(retry.clone()).timeout(left))
             .await?;
-        led.audit(
-            Kind::Setup,
-            json!({"event": "command", "command": retry, "status": again.status, "duration_ms": again.duration.as_millis() as u64, "blocked_hosts": again.blocked_hosts}),
-        )?;
+        audit_command(led, &retry, &again)?;
         if !again.status.success() {
             return Ok(Some((
                 failure_line(command, &out),
@@ -465,6 +459,14 @@ async fn run_commands(
         ));
     }
     Ok(None)
+}
+
+/// One set-up command and how it ended, in the audit log.
+fn audit_command(led: &mut Ledger<'_>, command: &str, out: &ExecOutput) -> Result<()> {
+    led.audit(
+        Kind::Setup,
+        json!({"event": "command", "command": command, "status": out.status, "duration_ms": out.duration.as_millis() as u64, "blocked_hosts": out.blocked_hosts}),
+    )
 }
 
 /// The package manager's install `command` with its dependencies' lifecycle scripts
