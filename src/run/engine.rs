@@ -573,7 +573,7 @@ impl<'a> Active<'a> {
             Prepared::Ready(setup, held) => {
                 let run = setup.runs.last().cloned();
                 bench.keep(held);
-                led.rec.setup = Some(setup);
+                led.rec.setup = Some(*setup);
                 led.save()?;
                 bench.use_environment(led)?;
                 let line = match run {

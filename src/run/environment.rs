@@ -29,7 +29,7 @@ pub(super) enum Prepared {
     Nothing,
     /// Ready (made now or found in the cache), with the hold that keeps a shared entry
     /// from eviction while this run uses it.
-    Ready(SetupRecord, Option<Hold>),
+    Ready(Box<SetupRecord>, Option<Hold>),
     /// A command failed or an output is missing: the run cannot test.
     Failed {
         /// One line.
@@ -149,7 +149,7 @@ pub(super) async fn ensure(
     }
     let name = format!("{}-setup", led.rec.run_id);
     let tree = svc.repo.clean_checkout(&name, commit)?;
-    let result = ensure_in(led, tree.path(), test, reason, scope, started).await;
+    let result = ensure_in(led, &tree, test, reason, scope, started).await;
     if let Err(e) = tree.remove() {
         tracing::warn!(error = %e, "cannot remove the set-up checkout");
     }
@@ -158,12 +158,13 @@ pub(super) async fn ensure(
 
 async fn ensure_in(
     led: &mut Ledger<'_>,
-    root: &Path,
+    tree: &crate::workspace::CleanTree,
     test: Option<&TestCommand>,
     reason: &str,
     scope: Scope<'_>,
     started: Instant,
 ) -> Result<Prepared> {
+    let root = tree.path();
     let svc = led.svc;
     let cfg = &svc.config.settings.setup;
     let path_var = std::env::var_os("PATH");
@@ -228,7 +229,7 @@ async fn ensure_in(
             .append(true)
             .open(&done)
             .and_then(|f| f.set_modified(SystemTime::now()));
-    } else if let Some(failed) = make(led, root, &plan, &key, &dir, reason).await? {
+    } else if let Some(failed) = make(led, tree, &plan, &key, &dir, reason).await? {
         return Ok(failed);
     } else if !private {
         evict(&svc.config.settings.setup, &parent, &dir);
@@ -256,7 +257,7 @@ async fn ensure_in(
         json!({"event": "ready", "key": key, "cached": cached, "private": private, "duration_ms": duration_ms}),
     )?;
     Ok(Prepared::Ready(
-        SetupRecord {
+        Box::new(SetupRecord {
             key,
             dir: dir.clone(),
             commands: plan.commands.clone(),
@@ -267,8 +268,9 @@ async fn ensure_in(
             path: plan.path.iter().map(|p| PathBuf::from(expand(p))).collect(),
             env,
             python_packages: plan.python_packages.clone(),
+            sources: plan.sources.clone(),
             runs: vec![run],
-        },
+        }),
         held,
     ))
 }
@@ -278,12 +280,13 @@ async fn ensure_in(
 /// entry is then removed).
 async fn make(
     led: &mut Ledger<'_>,
-    root: &Path,
+    tree: &crate::workspace::CleanTree,
     plan: &SetupPlan,
     key: &str,
     dir: &Path,
     reason: &str,
 ) -> Result<Option<Prepared>> {
+    let root = tree.path();
     let failed = |why: String, lines: Vec<String>| {
         let _ = std::fs::remove_dir_all(dir);
         Prepared::Failed {
@@ -312,8 +315,11 @@ async fn make(
         Kind::Setup,
         json!({"event": "start", "reason": reason, "key": key, "commands": plan.commands, "network": plan.network, "why": plan.why}),
     )?;
+    if let Err(why) = write_plan_files(dir, &plan.files) {
+        return Ok(Some(failed(why, Vec::new())));
+    }
     let mut notes = Vec::new();
-    if let Some((why, lines)) = run_commands(led, root, plan, dir, &mut notes).await? {
+    if let Some((why, lines)) = run_commands(led, tree, plan, dir, &mut notes).await? {
         led.audit(
             Kind::Setup,
             json!({"event": "failed", "key": key, "why": why}),
@@ -362,15 +368,36 @@ async fn make(
     Ok(None)
 }
 
+/// Write the files the plan made from the project (`constraints.txt` from a lockfile) into
+/// the fresh entry `dir`: plain names only, never a path.
+fn write_plan_files(dir: &Path, files: &[(String, String)]) -> std::result::Result<(), String> {
+    for (name, content) in files {
+        let plain = !name.is_empty()
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+        if !plain {
+            return Err(format!(
+                "set-up plan names a file {name:?} that is not a plain name"
+            ));
+        }
+        std::fs::write(dir.join(name), content)
+            .map_err(|e| format!("cannot write {name} into the set-up environment: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Run the plan's commands in `root` with `dir` writable and only the plan's network.
 /// `Some((why, lines))` when one failed.
 async fn run_commands(
     led: &mut Ledger<'_>,
-    root: &Path,
+    tree: &crate::workspace::CleanTree,
     plan: &SetupPlan,
     dir: &Path,
     notes: &mut Vec<String>,
 ) -> Result<Option<(String, Vec<String>)>> {
+    let root = tree.path();
     let svc = led.svc;
     let cfg = &svc.config.settings.setup;
     let mut opts = svc.exec_options.clone();
@@ -384,6 +411,8 @@ async fn run_commands(
     };
     opts.network_allow = hosts;
     opts.writable.push(dir.to_path_buf());
+    // git works in the checkout (a version from a tag): its objects, read-only (issue 39).
+    opts.bind.push(tree.objects().to_path_buf());
     opts.env = plan
         .env
         .iter()
@@ -764,7 +793,7 @@ pub(super) async fn refresh(
             if let Some(b) = led.rec.setup.as_mut() {
                 b.runs.extend(mine.runs.iter().cloned());
             }
-            led.rec.setup_run = Some(mine);
+            led.rec.setup_run = Some(*mine);
             led.rec.notes.push(format!(
                 "The environment was {line}. Its commands in the worktree use it; the verification that decides uses the base's environment unless a person approves the change."
             ));
@@ -852,7 +881,7 @@ pub(super) async fn deciding(
                 if let Some(b) = led.rec.setup.as_mut() {
                     b.runs.extend(fresh.runs.iter().cloned());
                 }
-                Deciding::Fresh(fresh)
+                Deciding::Fresh(*fresh)
             }
             Prepared::Failed { why, .. } => Deciding::Failed(why),
             Prepared::Nothing => Deciding::Base(Some(base)),

@@ -181,6 +181,9 @@ pub struct SetupRecord {
     /// The project's Python packages and the directory they must resolve in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub python_packages: Vec<(String, PathBuf)>,
+    /// Where each ecosystem's test dependencies came from (issue 39).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
     /// Each time set-up was asked for: the first before the baseline, then after a change
     /// to a manifest or lockfile.
     pub runs: Vec<SetupRun>,
@@ -212,8 +215,13 @@ impl SetupRecord {
         } else {
             format!("network: {}", self.network.join(", "))
         };
+        let sources = if self.sources.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.sources.join("; "))
+        };
         format!(
-            "{} — {network}; key {}; {}; read-only to every later command",
+            "{}{sources} — {network}; key {}; {}; read-only to every later command",
             commands.join(", "),
             self.key,
             runs.join("; then set up again: ")

@@ -213,14 +213,19 @@ pub(super) fn bounded(
 
 /// An executor like the run's, rooted at `dir` (a clean checkout the final verification
 /// runs in): same sandbox, same limits, same deadline, and `setup`, the environment that
-/// decides (never the one the run's own tree was set up in while it worked).
+/// decides (never the one the run's own tree was set up in while it worked). The
+/// repository's objects are bound read-only, so git works in the checkout (issue 39).
 pub(super) fn executor_at(
     led: &Ledger<'_>,
-    dir: &std::path::Path,
+    tree: &crate::workspace::CleanTree,
     setup: Option<&super::record::SetupRecord>,
 ) -> Result<Arc<dyn Executor>> {
-    let opts = super::environment::exec_options(&led.svc.exec_options, setup);
-    Ok(bounded(led.svc, Arc::new(LocalExecutor::new(dir, opts)?)))
+    let mut opts = super::environment::exec_options(&led.svc.exec_options, setup);
+    opts.bind.push(tree.objects().to_path_buf());
+    Ok(bounded(
+        led.svc,
+        Arc::new(LocalExecutor::new(tree.path(), opts)?),
+    ))
 }
 
 #[cfg(test)]
@@ -262,5 +267,47 @@ mod tests {
             "2\n"
         );
         assert!(git(wt, &["status", "--porcelain"]).trim().is_empty());
+    }
+
+    /// Issue 39 point 2: git works in a verification checkout, inside the view, with the
+    /// repository's objects and tags but nothing else of its `.git` (its configuration may
+    /// hold an Action's token, `agent/runs` the records).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn git_works_in_a_clean_checkout_and_the_repository_config_stays_out() {
+        let w = World::new(&[]);
+        git(&w.work(), &["tag", "-a", "v1.4.0", "-m", "release"]);
+        std::fs::write(w.work().join("value.txt"), "3\n").unwrap();
+        git(&w.work(), &["commit", "-qam", "after the tag"]);
+        let config = w.work().join(".git/config");
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str("[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0LXRva2Vu\n");
+        std::fs::write(&config, text).unwrap();
+        let svc = w.services();
+        let led = w.ledger(&svc);
+        let head = svc.repo.resolve("main").unwrap();
+        let tree = svc.repo.clean_checkout("git-inside", head).unwrap();
+        let exec = executor_at(&led, &tree, None).unwrap();
+        let common = std::fs::canonicalize(w.work().join(".git")).unwrap();
+        let script = format!(
+            "git describe --tags && git rev-parse HEAD && git ls-files && git log --oneline | wc -l && \
+             if cat '{0}/config' 2>/dev/null || ls '{0}/agent' 2>/dev/null; then echo LEAK; fi",
+            common.display()
+        );
+        let out = exec.run(ExecRequest::shell(script)).await.unwrap();
+        let stdout = out.stdout.to_text_lossy();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            out.stderr.to_text_lossy()
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert!(lines[0].starts_with("v1.4.0-1-g"), "{stdout}");
+        assert_eq!(lines[1], head.to_string());
+        assert!(lines.contains(&"value.txt"), "{stdout}");
+        assert!(
+            !stdout.contains("LEAK") && !stdout.contains("c2VjcmV0"),
+            "{stdout}"
+        );
+        tree.remove().unwrap();
     }
 }

@@ -709,7 +709,7 @@ async fn run_clean(
 ) -> Result<TestRun> {
     let svc = led.svc;
     let tree = svc.repo.clean_checkout(name, commit)?;
-    let executor = setup::executor_at(led, tree.path(), env)?;
+    let executor = setup::executor_at(led, &tree, env)?;
     let run = run_tests_at(led, executor.as_ref(), tree.path(), cmd, check, changed).await;
     drop(executor);
     if let Err(e) = tree.remove() {

@@ -22,6 +22,7 @@ mod integrity;
 mod junit;
 mod mocha;
 mod parse;
+mod pydeps;
 mod setup;
 mod summary;
 mod unittest;

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::detect::{Runner, TestCommand, read_opt as read};
 use super::error::{Error, Result};
+use super::pydeps::{self, Source};
 use crate::config::SetupConfig;
 
 /// The variable naming the cache entry set-up commands write and later commands read.
@@ -60,6 +61,14 @@ pub struct SetupPlan {
     /// The toolchain programs the environment is built with, resolved (part of the key:
     /// another interpreter means another virtualenv).
     pub toolchains: Vec<PathBuf>,
+    /// Files written into the cache entry before the commands run (`constraints.txt` made
+    /// from a lockfile): a plain name and its content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<(String, String)>,
+    /// Where each ecosystem's test dependencies come from, a line each (for the plan,
+    /// `doctor` and the report).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
 }
 
 /// The plan for the project at `root` (a checkout of the base), from `cfg` and what is
@@ -122,6 +131,8 @@ fn plan_with(
         why: Vec::new(),
         python_packages: python_packages(root),
         toolchains: Vec::new(),
+        files: Vec::new(),
+        sources: Vec::new(),
     };
     let mut registries = Vec::new();
     match &cfg.commands {
@@ -209,6 +220,10 @@ impl SetupPlan {
         for t in &self.toolchains {
             put(t.as_os_str().as_encoded_bytes());
         }
+        for (name, content) in &self.files {
+            put(name.as_bytes());
+            put(content.as_bytes());
+        }
         for f in &self.key_files {
             put(f.as_os_str().as_encoded_bytes());
             let path = root.join(f);
@@ -229,6 +244,10 @@ impl SetupPlan {
                 "pyproject.toml",
                 "setup.py",
                 "setup.cfg",
+                "uv.lock",
+                "poetry.lock",
+                "pdm.lock",
+                "Pipfile.lock",
                 "package.json",
                 "package-lock.json",
                 "npm-shrinkwrap.json",
@@ -332,7 +351,8 @@ fn detect_ecosystems(root: &Path) -> Vec<Ecosystem> {
     if has("pyproject.toml")
         || has("setup.py")
         || has("setup.cfg")
-        || !requirement_files(root).is_empty()
+        || !pydeps::all_requirement_files(root).is_empty()
+        || root.join("Pipfile.lock").is_file()
     {
         out.push(Ecosystem::Python);
     }
@@ -380,37 +400,19 @@ fn find_program(name: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBu
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
 }
 
-/// Requirement files a Python project keeps its (test) dependencies in, relative.
-fn requirement_files(root: &Path) -> Vec<PathBuf> {
-    const NAMES: &[&str] = &[
-        "requirements.txt",
-        "requirements-dev.txt",
-        "requirements_dev.txt",
-        "requirements-test.txt",
-        "requirements_test.txt",
-        "requirements-tests.txt",
-        "requirements_tests.txt",
-        "requirements-testing.txt",
-        "test-requirements.txt",
-        "test_requirements.txt",
-        "dev-requirements.txt",
-        "requirements/test.txt",
-        "requirements/tests.txt",
-        "requirements/testing.txt",
-        "requirements/dev.txt",
-    ];
-    NAMES
-        .iter()
-        .map(PathBuf::from)
-        .filter(|p| root.join(p).is_file())
-        .collect()
+/// The uv that exports a `uv.lock`, installed from PyPI into the set-up's own entry and
+/// removed after (part of the commands, so of the key).
+pub const UV_VERSION: &str = "0.13.9";
+
+/// `s` as one single-quoted shell word.
+fn shell_word(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-const TEST_EXTRAS: &[&str] = &["test", "tests", "testing", "dev"];
-
-/// Python: a virtualenv in the cache, the project's dependencies with its test extras and
-/// requirement files, pytest when it runs the tests; the worktree's own code first on the
-/// path, so the tests import what the run changed, never an installed copy.
+/// Python: a virtualenv in the cache with the project's dependencies and its test
+/// dependencies as the project pins them ([`pydeps::choose`]), pytest when it runs the tests
+/// (in the same install as the pins, so a pinned pytest stays pinned); the worktree's own
+/// code first on the path, so the tests import what the run changed, never an installed copy.
 fn python(root: &Path, test: Option<&TestCommand>, p: &mut SetupPlan) -> Result<bool> {
     let pyproject = read(&root.join("pyproject.toml"))?;
     let doc = pyproject
@@ -421,56 +423,104 @@ fn python(root: &Path, test: Option<&TestCommand>, p: &mut SetupPlan) -> Result<
         .is_some_and(|d| d.contains_key("project") || d.contains_key("build-system"))
         || root.join("setup.py").is_file()
         || read(&root.join("setup.cfg"))?.is_some_and(|t| t.contains("[metadata]"));
-    let mut extras: Vec<String> = Vec::new();
-    if let Some(opt) = doc
-        .as_ref()
-        .and_then(|d| d.get("project"))
-        .and_then(|p| p.get("optional-dependencies"))
-        .and_then(toml::Value::as_table)
-    {
-        extras.extend(
-            opt.keys()
-                .filter(|k| TEST_EXTRAS.contains(&k.as_str()))
-                .cloned(),
-        );
-    }
-    if let Some(cfg) = read(&root.join("setup.cfg"))? {
-        extras.extend(setup_cfg_extras(&cfg));
-    }
-    extras.sort();
-    extras.dedup();
-    let reqs = requirement_files(root);
+    let deps = pydeps::choose(root, doc.as_ref(), installable);
     let pytest = test.is_some_and(|t| t.runner == Runner::Pytest);
-    // A project with no packaging metadata and no requirement files declares nothing to
-    // install: its tests run with what the machine has.
-    if !installable && reqs.is_empty() {
+    // A project with no packaging metadata and nothing that names its dependencies declares
+    // nothing to install: its tests run with what the machine has.
+    if !installable && deps.runtime.is_none() && deps.source == Source::Extras {
         return Ok(false);
     }
     let venv = format!("${ENV_VAR}/venv");
-    p.commands.push(format!("python3 -m venv \"{venv}\""));
-    let mut install = format!(
+    let pip = format!(
         "\"{venv}/bin/python\" -m pip install --disable-pip-version-check --no-input --quiet"
     );
-    for r in &reqs {
-        install.push_str(&format!(" -r '{}'", r.display()));
-        p.key_files.push(r.clone());
-    }
-    if installable {
-        if extras.is_empty() {
-            install.push_str(" -e .");
-        } else {
-            install.push_str(&format!(" -e '.[{}]'", extras.join(",")));
+    p.commands.push(format!("python3 -m venv \"{venv}\""));
+    let project = |extras: &[String]| match (installable, extras.is_empty()) {
+        (false, _) => String::new(),
+        (true, true) => " -e .".to_string(),
+        (true, false) => format!(" -e '.[{}]'", extras.join(",")),
+    };
+    let words = |items: &[String]| -> String {
+        items
+            .iter()
+            .map(|r| format!(" {}", shell_word(r)))
+            .collect()
+    };
+    let mut install = pip.clone();
+    let mut reqs: Vec<PathBuf> = deps.runtime.iter().cloned().collect();
+    let mut after: Vec<String> = Vec::new();
+    match &deps.source {
+        Source::UvLock { groups } => {
+            let uv = format!("${ENV_VAR}/uv");
+            p.commands.push(format!(
+                "python3 -m venv \"{uv}\" && \"{uv}/bin/python\" -m pip install --disable-pip-version-check --no-input --quiet uv=={UV_VERSION}"
+            ));
+            let mut export = format!(
+                "\"{uv}/bin/uv\" export --frozen --no-cache --format requirements-txt --no-hashes --no-emit-project --no-header"
+            );
+            for g in groups {
+                export.push_str(&format!(" --group {g}"));
+            }
+            for e in &deps.extras {
+                export.push_str(&format!(" --extra {e}"));
+            }
+            export.push_str(&format!(" -o \"${ENV_VAR}/locked.txt\""));
+            p.commands.push(export);
+            install.push_str(&format!(" -r \"${ENV_VAR}/locked.txt\""));
+            // The lock holds the project's own dependencies: the project without them.
+            if installable {
+                after.push(format!("{pip} --no-deps -e ."));
+            }
+            after.push(format!("rm -rf \"{uv}\""));
         }
+        Source::Constrained {
+            pins,
+            install: names,
+            ..
+        } => {
+            p.files.push(("constraints.txt".into(), lines(pins)));
+            install.push_str(&format!(" -c \"${ENV_VAR}/constraints.txt\""));
+            install.push_str(&project(&deps.extras));
+            install.push_str(&words(names));
+        }
+        Source::Pipfile { pins } => {
+            p.files.push(("pinned.txt".into(), lines(pins)));
+            install.push_str(&format!(" -r \"${ENV_VAR}/pinned.txt\""));
+            install.push_str(&project(&deps.extras));
+        }
+        Source::Groups { requirements, .. } => {
+            install.push_str(&project(&deps.extras));
+            install.push_str(&words(requirements));
+        }
+        Source::Files(files) => {
+            reqs.extend(files.iter().cloned());
+            install.push_str(&project(&deps.extras));
+        }
+        Source::Tox {
+            requirements,
+            files,
+        } => {
+            reqs.extend(files.iter().cloned());
+            install.push_str(&project(&deps.extras));
+            install.push_str(&words(requirements));
+        }
+        Source::Extras => install.push_str(&project(&deps.extras)),
+    }
+    for r in &reqs {
+        install.push_str(&format!(" -r {}", shell_word(&r.display().to_string())));
+        p.key_files.push(r.clone());
     }
     if pytest {
         install.push_str(" pytest");
     }
     p.commands.push(install);
+    p.commands.extend(after);
     for f in ["pyproject.toml", "setup.py", "setup.cfg"] {
         if root.join(f).is_file() {
             p.key_files.push(f.into());
         }
     }
+    p.key_files.extend(deps.read.iter().cloned());
     // Everything else the install reads: what the requirement files include, the local
     // packages they name, the in-tree build backend (issue 38).
     p.key_files.extend(python_reads(root, &reqs, doc.as_ref()));
@@ -486,55 +536,27 @@ fn python(root: &Path, test: Option<&TestCommand>, p: &mut SetupPlan) -> Result<
         "."
     };
     p.after_env.push(("PYTHONPATH".into(), src.into()));
+    p.sources.push(format!("python {}", deps.describe()));
     p.why.push(format!(
-        "python: a virtualenv in the cache with {}{}{} (pyproject.toml / setup.py / requirement files); PYTHONPATH={src} so the tests import the worktree's code",
-        if installable {
-            if extras.is_empty() {
-                "the project's dependencies".to_string()
-            } else {
-                format!("the project's dependencies and extras [{}]", extras.join(","))
-            }
-        } else {
-            String::new()
+        "python: a virtualenv in the cache with {}; {}{}; PYTHONPATH={src} so the tests import the worktree's code",
+        match (installable, &deps.runtime) {
+            (true, _) => "the project and its dependencies".to_string(),
+            (false, Some(r)) => format!("the requirements in {}", r.display()),
+            (false, None) => "no project to install".to_string(),
         },
-        if reqs.is_empty() {
-            String::new()
+        deps.describe(),
+        if pytest {
+            "; pytest (it runs the tests), as pinned there when it is"
         } else {
-            format!(
-                "{}requirements from {}",
-                if installable { ", " } else { "" },
-                reqs.iter()
-                    .map(|r| r.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            ""
         },
-        if pytest { ", pytest (it runs the tests)" } else { "" },
     ));
     Ok(true)
 }
 
-/// Keys of `[options.extras_require]` in a `setup.cfg` that name test extras.
-fn setup_cfg_extras(text: &str) -> Vec<String> {
-    let mut inside = false;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let t = line.trim();
-        if t.starts_with('[') {
-            inside = t == "[options.extras_require]";
-            continue;
-        }
-        if inside
-            && !line.starts_with([' ', '\t'])
-            && let Some((k, _)) = t.split_once(['=', ':'])
-        {
-            let k = k.trim();
-            if TEST_EXTRAS.contains(&k) {
-                out.push(k.to_string());
-            }
-        }
-    }
-    out
+/// `items` one per line, as a requirements or constraints file.
+fn lines(items: &[String]) -> String {
+    items.iter().map(|i| format!("{i}\n")).collect()
 }
 
 /// The project's top-level import packages and the directory they must resolve in: each
@@ -621,6 +643,13 @@ fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
     }
     p.key_files.extend(javascript_reads(root, &doc));
     p.outputs.push("node_modules".into());
+    p.sources.push(match lock {
+        Some(l) => format!("javascript test dependencies: {l}, exact versions"),
+        None => {
+            "javascript test dependencies: package.json ranges (no lockfile: the newest that match)"
+                .into()
+        }
+    });
     p.why.push(format!(
         "javascript: `{command}` ({}); node_modules mounted read-only into the worktree",
         lock.map_or("no lockfile".to_string(), |l| format!("from {l}"))
@@ -670,6 +699,20 @@ fn rust(root: &Path, p: &mut SetupPlan) -> Result<bool> {
     if let Ok(members) = matching(root, &["*/Cargo.toml".into(), "*/*/Cargo.toml".into()]) {
         p.key_files.extend(members);
     }
+    let toolchain = ["rust-toolchain.toml", "rust-toolchain"]
+        .into_iter()
+        .find(|f| root.join(f).is_file());
+    p.sources.push(format!(
+        "rust test dependencies: {}{}",
+        if root.join("Cargo.lock").is_file() {
+            "Cargo.lock, exact versions"
+        } else {
+            "Cargo.toml ranges (no Cargo.lock: the newest that match)"
+        },
+        toolchain.map_or(String::new(), |f| format!(
+            "; toolchain as {f} names it (rustup)"
+        ))
+    ));
     p.why.push(
         "rust: `cargo fetch` into a cargo home in the cache; cargo runs offline after it".into(),
     );
@@ -1075,7 +1118,7 @@ mod tests {
     }
 
     #[test]
-    fn a_src_layout_project_gets_a_virtualenv_with_its_test_extras() {
+    fn a_src_layout_project_gets_a_virtualenv_with_its_test_extras_not_its_dev_tooling() {
         let d = tempfile::tempdir().unwrap();
         write(
             d.path(),
@@ -1095,9 +1138,14 @@ mod tests {
         assert_eq!(p.ecosystems, vec![Ecosystem::Python]);
         assert_eq!(p.commands[0], "python3 -m venv \"$GIT_AGENT_ENV/venv\"");
         assert!(
-            p.commands[1].contains("-r 'requirements-dev.txt'"),
-            "{}",
+            !p.commands[1].contains("requirements-dev.txt"),
+            "dev tooling only when nothing test-specific exists: {}",
             p.commands[1]
+        );
+        assert!(
+            p.sources[0].contains("the project's extras [test]"),
+            "{:?}",
+            p.sources
         );
         assert!(p.commands[1].contains("-e '.[test]'"), "{}", p.commands[1]);
         assert!(p.commands[1].ends_with(" pytest"));
@@ -1107,13 +1155,7 @@ mod tests {
             vec![("calc".into(), PathBuf::from("src"))]
         );
         assert!(p.after_env.contains(&("PYTHONPATH".into(), "src".into())));
-        assert_eq!(
-            p.key_files,
-            vec![
-                PathBuf::from("pyproject.toml"),
-                "requirements-dev.txt".into()
-            ]
-        );
+        assert_eq!(p.key_files, vec![PathBuf::from("pyproject.toml")]);
     }
 
     #[test]

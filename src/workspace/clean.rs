@@ -8,7 +8,6 @@
 //! code under the run's tests).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
 use gix::bstr::ByteSlice as _;
 
@@ -21,6 +20,7 @@ use super::repo::Repo;
 pub struct CleanTree {
     path: PathBuf,
     commit: gix::ObjectId,
+    objects: PathBuf,
 }
 
 impl CleanTree {
@@ -34,49 +34,115 @@ impl CleanTree {
         self.commit
     }
 
-    /// Delete the checkout and git's bookkeeping of it.
+    /// The repository's object store, the checkout's alternate: bound read-only into the
+    /// view of a command that runs there, so git works in it (issue 39).
+    pub fn objects(&self) -> &Path {
+        &self.objects
+    }
+
+    /// Delete the checkout.
     pub fn remove(self) -> Result<()> {
         remove_checkout(&self.path)
     }
 }
 
-/// Remove a linked worktree at `path` (if any) with its admin entry.
+/// Remove the checkout at `path`, if any. Nothing inside it is read first: commands ran
+/// there and may have rewritten its `.git` to point anywhere.
 fn remove_checkout(path: &Path) -> Result<()> {
-    if !path.exists() {
-        return Ok(());
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        _ => std::fs::remove_dir_all(path).map_err(io_err("cannot remove", path)),
     }
-    let admin = Repo::open(path)
-        .ok()
-        .and_then(|r| std::fs::canonicalize(r.git_dir()).ok());
-    std::fs::remove_dir_all(path).map_err(io_err("cannot remove", path))?;
-    if let Some(admin) = admin
-        && admin.components().any(|c| c.as_os_str() == "worktrees")
-    {
-        std::fs::remove_dir_all(&admin).map_err(io_err("cannot remove", admin.clone()))?;
+}
+
+/// The `.git` of a checkout of its own, clone-like: `HEAD` detached at `commit`, a minimal
+/// configuration, the repository's tags in `packed-refs`, and the repository's object
+/// store as its only alternate. `git describe`, `rev-parse`, `ls-files` and `log` work in
+/// it with nothing of the repository's `.git` but its objects: never its configuration (an
+/// Action's token may be there), its hooks, or `agent/runs` (issue 39).
+fn write_clone_like_git_dir(
+    repo: &Repo,
+    dir: &Path,
+    commit: gix::ObjectId,
+    objects: &Path,
+) -> Result<()> {
+    let git = dir.join(".git");
+    for d in ["objects/info", "objects/pack", "refs/heads", "refs/tags"] {
+        let d = git.join(d);
+        std::fs::create_dir_all(&d).map_err(io_err("cannot create", d.clone()))?;
     }
+    let write = |name: &str, text: &str| {
+        let p = git.join(name);
+        std::fs::write(&p, text).map_err(io_err("cannot write", p.clone()))
+    };
+    let sha256 = repo.gix().object_hash() != gix::hash::Kind::Sha1;
+    write(
+        "config",
+        &format!(
+            "[core]\n\trepositoryformatversion = {}\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = false\n{}",
+            u8::from(sha256),
+            if sha256 {
+                "[extensions]\n\tobjectformat = sha256\n"
+            } else {
+                ""
+            }
+        ),
+    )?;
+    write("HEAD", &format!("{commit}\n"))?;
+    let mut alternates = objects.as_os_str().as_encoded_bytes().to_vec();
+    alternates.push(b'\n');
+    let p = git.join("objects/info/alternates");
+    std::fs::write(&p, alternates).map_err(io_err("cannot write", p.clone()))?;
+    let mut packed = String::new();
+    let refs = repo
+        .gix()
+        .references()
+        .ctx(|| "reading references".to_string())?;
+    let mut tags: Vec<(String, gix::ObjectId)> = Vec::new();
+    for r in refs.tags().ctx(|| "reading tags".to_string())?.flatten() {
+        let name = r.name().as_bstr().to_string();
+        if let Some(id) = r.try_id()
+            && !name.contains(['\n', ' '])
+        {
+            tags.push((name, id.detach()));
+        }
+    }
+    tags.sort();
+    for (name, id) in tags {
+        packed.push_str(&format!("{id} {name}\n"));
+    }
+    write("packed-refs", &packed)?;
     Ok(())
 }
 
 impl Repo {
-    /// Check `commit` out, detached, in a fresh directory `name` beside the run worktrees. An
-    /// earlier checkout of that name is removed first, so nothing of it survives.
+    /// Check `commit` out, detached, in a fresh directory `name` beside the run worktrees,
+    /// as a checkout of its own (not a linked worktree: its `.git` must work inside a view
+    /// that holds none of the repository's). An earlier checkout of that name is removed
+    /// first, so nothing of it survives.
     pub fn clean_checkout(&self, name: &str, commit: gix::ObjectId) -> Result<CleanTree> {
         super::worktree::validate_name(name, "checkout name")?;
         let dir = self.worktrees_dir()?;
         std::fs::create_dir_all(&dir).map_err(io_err("cannot create", dir.clone()))?;
         let path = dir.join(name);
         remove_checkout(&path)?;
-        let _ = self.prune_worktrees();
-        let interrupt = AtomicBool::new(false);
-        self.gix()
-            .add_worktree(
-                &path,
-                gix::worktree::add::Head::Detached(commit),
-                gix::progress::Discard,
-                &interrupt,
-            )
-            .ctx(|| format!("checking {commit} out in {}", path.display()))?;
-        Ok(CleanTree { path, commit })
+        let objects = self.common_dir().join("objects");
+        let objects = std::fs::canonicalize(&objects).map_err(io_err("cannot resolve", objects))?;
+        std::fs::create_dir_all(&path).map_err(io_err("cannot create", path.clone()))?;
+        write_clone_like_git_dir(self, &path, commit, &objects)?;
+        super::git_cli::run(
+            &path,
+            ["read-tree", "-u", "--reset", &commit.to_string()],
+            &[],
+        )
+        .inspect_err(|_| {
+            let _ = remove_checkout(&path);
+        })?;
+        Ok(CleanTree {
+            path,
+            commit,
+            objects,
+        })
     }
 
     /// A commit (on no branch, parent `onto`) whose tree is `onto`'s with each of `paths`

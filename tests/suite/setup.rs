@@ -516,3 +516,93 @@ fn an_installed_copy_instead_of_the_tree_is_an_environment_failure() {
         "{line}"
     );
 }
+
+/// The fix every `add subtracts` Python fixture takes, in `file`.
+fn fix_add(f: &Fixture, file: &str) -> (Option<i32>, Value) {
+    let script = f.script(&[
+        plan(&[file]),
+        edit(
+            file,
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        finish(),
+    ]);
+    f.fix(&script, &["fix add"], &[])
+}
+
+/// Issue 39 point 1: a project whose `uv.lock` pins an older pytest and whose suite fails to
+/// start under any other (as a real suite with `filterwarnings = error` does under a newer
+/// pytest's deprecation warning). Set-up exports the lock with uv from PyPI and installs
+/// exactly that; the fix verifies and the record and report say where the versions came
+/// from.
+#[test]
+fn a_uv_lock_decides_the_test_tools_versions() {
+    let f = Fixture::new("python-uvlock");
+    let (code, json) = fix_add(&f, "src/pinned/__init__.py");
+    let rec = record(&f, &json);
+    assert_eq!(code, Some(0), "{rec}");
+    assert_eq!(json["state"], "succeeded", "{json}");
+    let setup = &rec["setup"];
+    assert!(
+        setup["sources"][0]
+            .as_str()
+            .unwrap()
+            .contains("uv.lock (groups tests and dev)"),
+        "{setup}"
+    );
+    assert!(
+        setup["commands"].to_string().contains("uv==0.13.9"),
+        "{setup}"
+    );
+    assert!(
+        setup["key_files"].to_string().contains("uv.lock"),
+        "a change to the lock sets up again: {setup}"
+    );
+    let report = f.report(json["run_id"].as_str().unwrap());
+    assert!(report.contains("uv.lock"), "{report}");
+    let baseline = rec["verification"][0]["result"].as_str().unwrap();
+    assert!(baseline.contains("test_add"), "{baseline}");
+}
+
+/// Issue 39 point 1: test dependencies only in PEP 735 `[dependency-groups] test` (with an
+/// `include-group`), none in extras or requirement files: set-up installs that group (and
+/// never the `docs` group, whose package exists nowhere), so the suite imports `six`.
+#[test]
+fn a_dependency_group_is_what_the_tests_get() {
+    let f = Fixture::new("python-groups");
+    let (code, json) = fix_add(&f, "src/grouped/__init__.py");
+    let rec = record(&f, &json);
+    assert_eq!(code, Some(0), "{rec}");
+    let setup = &rec["setup"];
+    assert!(
+        setup["sources"][0]
+            .as_str()
+            .unwrap()
+            .contains("[dependency-groups] test"),
+        "{setup}"
+    );
+    let commands = setup["commands"].to_string();
+    assert!(
+        commands.contains("'six==1.16.0'") && !commands.contains("does-not-exist"),
+        "{commands}"
+    );
+}
+
+/// Issue 39 point 2: a package whose version setuptools-scm reads from a git tag. Installing
+/// it runs `git describe` in the set-up checkout, inside the view; the tests check the
+/// version the tag gave, and the fix verifies by detection alone.
+#[test]
+fn a_version_from_a_git_tag_installs_inside_the_view() {
+    let f = Fixture::new("python-scm");
+    super::common::git(&f.repo(), &["tag", "-a", "v1.4.0", "-m", "release 1.4.0"]);
+    let (code, json) = fix_add(&f, "src/scmcalc/__init__.py");
+    let rec = record(&f, &json);
+    assert_eq!(code, Some(0), "{rec}");
+    assert_eq!(json["state"], "succeeded", "{json}");
+    let baseline = rec["verification"][0]["result"].as_str().unwrap();
+    assert!(
+        baseline.contains("test_add") && !baseline.contains("test_version"),
+        "only the bug fails at the base: {baseline}"
+    );
+}
