@@ -401,6 +401,13 @@ impl Repo {
                     entries.push((at, path, false));
                 }
             }
+            // A set-up or verification checkout a crash left behind (a checkout of its
+            // own, `<run>-setup`/`<run>-verify`): gone once its run has ended.
+            for (path, id) in clean_checkouts_in(&dir) {
+                if let Some(at) = finished(&id) {
+                    entries.push((at, path, false));
+                }
+            }
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         let measure_all = opts.measure_kept || opts.max_bytes.is_some();
@@ -503,6 +510,28 @@ fn linked_worktrees_in(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join(".git").is_file())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Clean checkouts in `dir` (a `.git` directory, a name `<run id>-setup` or
+/// `<run id>-verify`) with the run id each belongs to.
+fn clean_checkouts_in(dir: &Path) -> Vec<(PathBuf, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, String)> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join(".git").is_dir())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?;
+            let id = name
+                .strip_suffix("-setup")
+                .or_else(|| name.strip_suffix("-verify"))?
+                .to_string();
+            Some((p, id))
+        })
         .collect();
     out.sort();
     out

@@ -1055,6 +1055,13 @@ fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
             legacy.to_str().unwrap(),
         ],
     );
+    // Set-up and verification checkouts a crash left behind: one of the finished run, one
+    // of the running one.
+    let head = repo.resolve("HEAD").unwrap();
+    let left = repo.clean_checkout("finished-verify", head).unwrap();
+    let left = left.path().to_path_buf();
+    let live_setup = repo.clean_checkout("running-setup", head).unwrap();
+    let live_setup = live_setup.path().to_path_buf();
     let ended = |id: &str| match id {
         "finished" => Some(SystemTime::now() - Duration::from_secs(3 * 86_400)),
         _ => None,
@@ -1071,10 +1078,12 @@ fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
             &ended,
         )
         .unwrap();
-    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen.len(), 4, "{seen:?}");
     assert!(seen.iter().all(|e| !e.removed));
     assert!(
-        !seen.iter().any(|e| e.path == running),
+        !seen
+            .iter()
+            .any(|e| e.path == running || e.path == live_setup),
         "a live run is not gc's"
     );
     // The finished run ended three days ago: two days removes it, and only it.
@@ -1089,9 +1098,11 @@ fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
         )
         .unwrap();
     let removed: Vec<_> = seen.iter().filter(|e| e.removed).collect();
-    assert_eq!(removed.len(), 1, "{seen:?}");
-    assert_eq!(removed[0].path, finished);
-    assert!(!finished.exists() && pooled.exists() && legacy.exists());
+    assert_eq!(removed.len(), 2, "{seen:?}");
+    assert!(removed.iter().any(|e| e.path == finished));
+    assert!(removed.iter().any(|e| e.path == left));
+    assert!(!finished.exists() && !left.exists() && pooled.exists() && legacy.exists());
+    assert!(live_setup.exists());
     // A size cap below the big one's size removes the oldest until the rest fit.
     let big = seen.iter().find(|e| e.path == pooled).unwrap().bytes;
     assert!(big >= 256 * 1024, "{big}");
