@@ -501,8 +501,18 @@ fn audit_command(led: &mut Ledger<'_>, command: &str, out: &ExecOutput) -> Resul
 /// The package manager's install `command` with its dependencies' lifecycle scripts
 /// skipped, when it is one that can (`npm ci`/`install`, `pnpm install`, `yarn install`).
 fn without_install_scripts(command: &str) -> Option<String> {
-    let installs = ["npm ci", "npm install", "pnpm install", "yarn install"];
-    (installs.iter().any(|i| command.starts_with(i)) && !command.contains("--ignore-scripts"))
+    let installs = [
+        "npm ci",
+        "npm install",
+        "pnpm install",
+        "yarn install --frozen-lockfile",
+    ];
+    // A package manager set-up installed is invoked by its path: `"…/.bin/pnpm" install`.
+    let program = match command.strip_prefix('"').and_then(|c| c.split_once('"')) {
+        Some((path, rest)) => format!("{}{rest}", path.rsplit('/').next().unwrap_or(path)),
+        None => command.to_string(),
+    };
+    (installs.iter().any(|i| program.starts_with(i)) && !command.contains("--ignore-scripts"))
         .then(|| format!("{command} --ignore-scripts"))
 }
 
@@ -1044,6 +1054,21 @@ mod tests {
             Some("npm ci --no-audit --no-fund --ignore-scripts")
         );
         assert!(without_install_scripts("pnpm install --frozen-lockfile").is_some());
+        assert_eq!(
+            without_install_scripts(
+                "\"$GIT_AGENT_ENV/pm/node_modules/.bin/pnpm\" install --frozen-lockfile"
+            )
+            .as_deref(),
+            Some(
+                "\"$GIT_AGENT_ENV/pm/node_modules/.bin/pnpm\" install --frozen-lockfile --ignore-scripts"
+            )
+        );
+        assert!(
+            without_install_scripts(
+                "\"$GIT_AGENT_ENV/pm/node_modules/.bin/yarn\" install --immutable"
+            )
+            .is_none()
+        );
         assert!(without_install_scripts("npm ci --ignore-scripts").is_none());
         assert!(without_install_scripts("python3 -m venv x").is_none());
         assert!(without_install_scripts("cargo fetch").is_none());

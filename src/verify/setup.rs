@@ -622,18 +622,54 @@ fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
         return Ok(false);
     }
     let has = |f: &str| root.join(f).is_file();
+    let manager = package_manager(&doc);
     let (command, lock) = if has("package-lock.json") {
-        ("npm ci --no-audit --no-fund", Some("package-lock.json"))
+        (
+            "npm ci --no-audit --no-fund".to_string(),
+            Some("package-lock.json"),
+        )
     } else if has("npm-shrinkwrap.json") {
-        ("npm ci --no-audit --no-fund", Some("npm-shrinkwrap.json"))
+        (
+            "npm ci --no-audit --no-fund".to_string(),
+            Some("npm-shrinkwrap.json"),
+        )
     } else if has("pnpm-lock.yaml") {
-        ("pnpm install --frozen-lockfile", Some("pnpm-lock.yaml"))
+        let version = manager
+            .filter(|(n, _)| *n == "pnpm")
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| pnpm_for_lockfile(&root.join("pnpm-lock.yaml")));
+        (
+            format!(
+                "{} install --frozen-lockfile",
+                from_npm(p, "pnpm", &version, "pnpm")
+            ),
+            Some("pnpm-lock.yaml"),
+        )
     } else if has("yarn.lock") {
-        ("yarn install --frozen-lockfile", Some("yarn.lock"))
+        let classic = std::fs::read_to_string(root.join("yarn.lock"))
+            .is_ok_and(|t| t.contains("yarn lockfile v1"));
+        let pinned = manager.filter(|(n, _)| *n == "yarn").map(|(_, v)| v);
+        let command = if classic {
+            let v = pinned.filter(|v| v.starts_with("1.")).unwrap_or("1".into());
+            format!(
+                "{} install --frozen-lockfile",
+                from_npm(p, "yarn", &v, "yarn")
+            )
+        } else {
+            let v = pinned.unwrap_or("4".into());
+            format!(
+                "{} install --immutable",
+                from_npm(p, "@yarnpkg/cli-dist", &v, "yarn")
+            )
+        };
+        (command, Some("yarn.lock"))
     } else {
-        ("npm install --no-audit --no-fund --no-package-lock", None)
+        (
+            "npm install --no-audit --no-fund --no-package-lock".to_string(),
+            None,
+        )
     };
-    p.commands.push(command.into());
+    p.commands.push(command.clone());
     p.key_files.push("package.json".into());
     if let Some(l) = lock {
         p.key_files.push(l.into());
@@ -655,6 +691,51 @@ fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
         lock.map_or("no lockfile".to_string(), |l| format!("from {l}"))
     ));
     Ok(true)
+}
+
+/// The package manager `package.json` pins (`"packageManager": "pnpm@9.12.3+sha512.…"`):
+/// its name and version, when both are plain.
+fn package_manager(doc: &serde_json::Value) -> Option<(&'static str, String)> {
+    let field = doc.get("packageManager")?.as_str()?;
+    let (name, version) = field.split_once('@')?;
+    let version = version.split('+').next()?;
+    let plain = !version.is_empty()
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'));
+    let name = ["pnpm", "yarn", "npm"].into_iter().find(|n| *n == name)?;
+    plain.then(|| (name, version.to_string()))
+}
+
+/// The pnpm major that reads a `pnpm-lock.yaml`, by its `lockfileVersion`.
+fn pnpm_for_lockfile(lock: &Path) -> String {
+    let text = std::fs::read_to_string(lock).unwrap_or_default();
+    let version = text
+        .lines()
+        .find_map(|l| l.strip_prefix("lockfileVersion:"))
+        .map(|v| v.trim().trim_matches(['\'', '"']).to_string())
+        .unwrap_or_default();
+    match version.as_str() {
+        "5.3" => "6",
+        "5.4" => "7",
+        v if v.starts_with("6.") => "8",
+        _ => "9",
+    }
+    .to_string()
+}
+
+/// A package manager from the npm registry at `version` (the machine need not have it),
+/// installed into the cache entry and put on `PATH` for every later command (`pnpm test`):
+/// returns how set-up invokes it.
+fn from_npm(p: &mut SetupPlan, package: &str, version: &str, bin: &str) -> String {
+    let prefix = format!("${ENV_VAR}/pm");
+    // In its own directory, not `--prefix`: that would also move npm's global configuration
+    // (a registry or CA the machine's npm is set up with) to the new prefix.
+    p.commands.push(format!(
+        "mkdir -p \"{prefix}\" && cd \"{prefix}\" && echo '{{\"private\": true}}' > package.json && npm install --no-audit --no-fund --no-package-lock {package}@{version}"
+    ));
+    p.path.push(format!("{prefix}/node_modules/.bin"));
+    format!("\"{prefix}/node_modules/.bin/{bin}\"")
 }
 
 /// Rust: `cargo fetch` into a cargo home in the cache; later commands run cargo offline
@@ -1156,6 +1237,69 @@ mod tests {
         );
         assert!(p.after_env.contains(&("PYTHONPATH".into(), "src".into())));
         assert_eq!(p.key_files, vec![PathBuf::from("pyproject.toml")]);
+    }
+
+    #[test]
+    fn pnpm_and_yarn_come_from_npm_at_the_version_the_project_pins() {
+        let plan_of = |files: &[(&str, &str)]| {
+            let d = tempfile::tempdir().unwrap();
+            write(d.path(), files);
+            let p = plan(d.path(), &SetupConfig::default(), None, None)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                p.path,
+                vec!["$GIT_AGENT_ENV/pm/node_modules/.bin".to_string()]
+            );
+            p.commands
+        };
+        let expect = |package: &str, install: &str| {
+            let (bin, args) = install.split_once(' ').unwrap();
+            vec![
+                format!(
+                    "mkdir -p \"$GIT_AGENT_ENV/pm\" && cd \"$GIT_AGENT_ENV/pm\" && echo '{{\"private\": true}}' > package.json && npm install --no-audit --no-fund --no-package-lock {package}"
+                ),
+                format!("\"$GIT_AGENT_ENV/pm/node_modules/.bin/{bin}\" {args}"),
+            ]
+        };
+        let pkg = "{\"devDependencies\": {\"is-number\": \"7.0.0\"}}";
+        let deps = "\"devDependencies\": {\"x\": \"1\"}";
+        assert_eq!(
+            plan_of(&[
+                ("package.json", pkg),
+                ("pnpm-lock.yaml", "lockfileVersion: '6.0'\n")
+            ]),
+            expect("pnpm@8", "pnpm install --frozen-lockfile")
+        );
+        let pinned = format!("{{\"packageManager\": \"pnpm@9.12.3+sha512.abc\", {deps}}}");
+        assert_eq!(
+            plan_of(&[
+                ("package.json", &pinned),
+                ("pnpm-lock.yaml", "lockfileVersion: '9.0'\n")
+            ]),
+            expect("pnpm@9.12.3", "pnpm install --frozen-lockfile")
+        );
+        // A version that is not plain is not passed to a shell.
+        let odd = format!("{{\"packageManager\": \"pnpm@9;rm -rf ~\", {deps}}}");
+        assert_eq!(
+            plan_of(&[
+                ("package.json", &odd),
+                ("pnpm-lock.yaml", "lockfileVersion: '9.0'\n")
+            ]),
+            expect("pnpm@9", "pnpm install --frozen-lockfile")
+        );
+        assert_eq!(
+            plan_of(&[("package.json", pkg), ("yarn.lock", "# yarn lockfile v1\n")]),
+            expect("yarn@1", "yarn install --frozen-lockfile")
+        );
+        let berry = format!("{{\"packageManager\": \"yarn@4.5.0\", {deps}}}");
+        assert_eq!(
+            plan_of(&[
+                ("package.json", &berry),
+                ("yarn.lock", "__metadata:\n  version: 8\n")
+            ]),
+            expect("@yarnpkg/cli-dist@4.5.0", "yarn install --immutable")
+        );
     }
 
     #[test]

@@ -606,3 +606,38 @@ fn a_version_from_a_git_tag_installs_inside_the_view() {
         "only the bug fails at the base: {baseline}"
     );
 }
+
+/// Issue 39 point 1 for Node: a pnpm project (a `pnpm-lock.yaml`, no pnpm on the machine).
+/// Set-up installs the pnpm the lockfile needs from the npm registry into its environment
+/// (on `PATH` after it, so the detected `pnpm test` runs), installs exactly what the lock
+/// holds, and the fix verifies.
+#[test]
+fn a_pnpm_lockfile_installs_with_pnpm_from_npm() {
+    let f = Fixture::new("js-pnpm");
+    ignore(&f, "node_modules/\n");
+    let script = f.script(&[
+        plan(&["calc.js"]),
+        edit(
+            "calc.js",
+            "function add(a, b) {\n  return a - b;",
+            "function add(a, b) {\n  return a + b;",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    let rec = record(&f, &json);
+    assert_eq!(code, Some(0), "{rec}");
+    let setup = &rec["setup"];
+    assert_eq!(
+        setup["commands"],
+        json!([
+            "mkdir -p \"$GIT_AGENT_ENV/pm\" && cd \"$GIT_AGENT_ENV/pm\" && echo '{\"private\": true}' > package.json && npm install --no-audit --no-fund --no-package-lock pnpm@9",
+            "\"$GIT_AGENT_ENV/pm/node_modules/.bin/pnpm\" install --frozen-lockfile"
+        ]),
+        "{setup}"
+    );
+    assert!(
+        setup["sources"].to_string().contains("pnpm-lock.yaml"),
+        "{setup}"
+    );
+}
