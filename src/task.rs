@@ -30,6 +30,9 @@ pub enum Mode {
     Fix,
     /// Stop after the plan; read-only.
     Plan,
+    /// Set the project up and run its tests once, then stop: no model turn, no edit
+    /// (`git agent doctor --run`).
+    Check,
 }
 
 /// Where the request came from.

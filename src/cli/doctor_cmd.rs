@@ -25,6 +25,12 @@ pub struct DoctorArgs {
     /// Repository to check (default: the current directory's).
     #[arg(long)]
     pub repo: Option<PathBuf>,
+    /// Also do what a run does before its first model turn, for real: set the project up
+    /// (or find it in the cache) and run its tests once on the base, in the sandbox. Says
+    /// whether they run, what failed, and where the project's code is imported from. No
+    /// model is called and nothing is edited.
+    #[arg(long)]
+    pub run: bool,
 }
 
 /// Arguments of `git agent sandbox`.
@@ -248,7 +254,10 @@ fn context(repo: Option<&std::path::Path>) -> anyhow::Result<Context> {
 
 pub fn doctor(args: DoctorArgs) -> anyhow::Result<u8> {
     let ctx = context(args.repo.as_deref())?;
-    let sections: Vec<Section> = SECTIONS.iter().map(|check| check(&ctx)).collect();
+    let mut sections: Vec<Section> = SECTIONS.iter().map(|check| check(&ctx)).collect();
+    if args.run {
+        sections.push(run_section(args.repo.as_deref(), args.json)?);
+    }
     let mut out = super::output::stdout(&super::output::process_redactor()?);
     if args.json {
         writeln!(
@@ -288,6 +297,110 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<u8> {
     } else {
         super::exit::FAILED
     })
+}
+
+/// `--run`: an environment check run (set-up, then the baseline; no model, no edit) through
+/// the engine a run uses, so what it says is what a run would see.
+fn run_section(repo: Option<&std::path::Path>, json: bool) -> anyhow::Result<Section> {
+    use crate::run::engine::{self, StartOptions};
+    use crate::task::{Mode, Origin, Task};
+    let repo = context::open_repo(repo)?;
+    let base = context::DEFAULT_BASE.to_string();
+    let cfg = context::load_config(Some((&repo, &base)), None, Vec::new())?;
+    let progress = super::fix_cmd::progress_printer(json)?;
+    let svc = crate::run::services::build(
+        repo,
+        cfg,
+        crate::run::services::Options {
+            models: Vec::new(),
+            record: None,
+            resume: None,
+            progress: progress.callback(),
+            state_dir: None,
+            without_model: true,
+        },
+    )?;
+    let task = Task {
+        goal: "Environment check (git agent doctor --run): set up and run the tests once.".into(),
+        mode: Mode::Check,
+        origin: Origin::Cli,
+        repo: None,
+        base,
+        branch: None,
+        requested_by: None,
+        key: String::new(),
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    let outcome = rt.block_on(engine::start(&svc, task, StartOptions::default()));
+    progress.finish();
+    let rec = outcome?.record;
+    Ok(check_run_section(&rec))
+}
+
+/// The section for an ended environment check run.
+fn check_run_section(rec: &crate::run::record::RunRecord) -> Section {
+    use crate::run::state::RunState;
+    let ok = rec.state == RunState::Succeeded;
+    let mut lines = Vec::new();
+    match &rec.setup {
+        Some(s) => {
+            lines.push(format!("set-up: {}", s.summary()));
+            if !s.python_packages.is_empty() && ok {
+                let where_: Vec<String> = s
+                    .python_packages
+                    .iter()
+                    .map(|(name, dir)| {
+                        let dir = if dir.as_os_str().is_empty() {
+                            "the project's root".to_string()
+                        } else {
+                            format!("{}/", dir.display())
+                        };
+                        format!("{name} from {dir}")
+                    })
+                    .collect();
+                lines.push(format!(
+                    "imports: the tests import the checkout's own code ({}), checked before the baseline",
+                    where_.join(", ")
+                ));
+            }
+        }
+        None => lines.push("set-up: none (nothing detected or declared to install)".into()),
+    }
+    match &rec.test_command {
+        Some(c) => lines.push(format!("tests: `{c}`")),
+        None => lines.push("tests: no test command found".into()),
+    }
+    for v in &rec.verification {
+        lines.push(format!(
+            "  {}: {} in {:.1} s",
+            v.when,
+            v.result,
+            v.duration_ms as f64 / 1000.0
+        ));
+        if !ok && !v.excerpt.is_empty() {
+            lines.extend(v.excerpt.lines().take(12).map(|l| format!("    | {l}")));
+        }
+    }
+    for n in &rec.notes {
+        lines.push(format!("note: {n}"));
+    }
+    lines.push(format!(
+        "run {} ended {}; `git agent log {}` shows its audit trail",
+        rec.run_id, rec.state, rec.run_id
+    ));
+    Section {
+        name: "run",
+        ok,
+        lines,
+        detail: serde_json::json!({
+            "run_id": rec.run_id,
+            "state": rec.state,
+            "setup": rec.setup,
+            "test_command": rec.test_command,
+            "verification": rec.verification,
+            "notes": rec.notes,
+        }),
+    }
 }
 
 fn explain_for(ctx: &Context) -> Explanation {

@@ -145,6 +145,7 @@ pub(super) fn services(
         resume,
         progress: progress.callback.clone(),
         state_dir: None,
+        without_model: false,
     };
     Ok(services::build(repo, cfg, opts)?)
 }
@@ -158,7 +159,12 @@ pub(super) struct Progress {
 
 impl Progress {
     /// Clear the live line before the result is printed.
-    fn finish(&self) {
+    /// Where a run's events go.
+    pub(super) fn callback(&self) -> Arc<dyn Fn(&RunEvent) + Send + Sync> {
+        self.callback.clone()
+    }
+
+    pub(super) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

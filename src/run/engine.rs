@@ -408,6 +408,7 @@ impl<'a> Active<'a> {
             self.finish_report()?;
         }
         self.release_worktree();
+        self.drop_check_branch();
         Ok(self.led.outcome())
     }
 
@@ -438,6 +439,23 @@ impl<'a> Active<'a> {
         }
     }
 
+    /// An environment check (`doctor --run`) leaves no branch behind: it never commits, so
+    /// its branch is still the base.
+    fn drop_check_branch(&self) {
+        let rec = &self.led.rec;
+        if rec.task.mode != Mode::Check || !rec.state.is_terminal() {
+            return;
+        }
+        let svc = self.led.svc;
+        let deleted = svc
+            .repo
+            .resolve(&rec.base_sha)
+            .and_then(|base| svc.repo.delete_branch_at(&rec.branch, base));
+        if let Err(e) = deleted {
+            tracing::warn!(run = %rec.run_id, error = %e, "the check's branch stays");
+        }
+    }
+
     async fn drive_inner(&mut self) -> Result<()> {
         if self.resumed {
             self.restore_environment().await?;
@@ -456,6 +474,15 @@ impl<'a> Active<'a> {
                         return Ok(());
                     }
                     failpoint("after-baseline");
+                    if self.led.rec.task.mode == Mode::Check {
+                        self.led.rec.summary =
+                            "Environment check: set-up and the baseline ran; no model turn, no edit."
+                                .into();
+                        // Like a plan-only run: nothing to verify, so straight to the end.
+                        self.led.rec.state = RunState::Testing;
+                        self.led.transition(RunState::Succeeded)?;
+                        return Ok(());
+                    }
                     self.led.transition(RunState::Planning)?;
                 }
                 RunState::Planning => {

@@ -291,7 +291,7 @@ impl RunRecord {
             return false;
         };
         self.state == RunState::Succeeded
-            && self.task.mode != crate::task::Mode::Plan
+            && self.task.mode == crate::task::Mode::Fix
             && last.when.starts_with("attempt ")
             && last.exit_code.is_some_and(|c| (0..128).contains(&c))
     }

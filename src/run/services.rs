@@ -64,6 +64,8 @@ pub struct Options {
     /// git-agent's state directory, where run worktrees and the warm pool live (the bot's
     /// `STATE_DIR`); the user's ([`config::user_state_dir`]) when `None`.
     pub state_dir: Option<PathBuf>,
+    /// Build without a coder model: for a run that calls none (`doctor --run`'s check).
+    pub without_model: bool,
 }
 
 impl Options {
@@ -76,6 +78,7 @@ impl Options {
             resume: None,
             progress: Arc::new(|e: &RunEvent| tracing::debug!(event = ?e, "run progress")),
             state_dir: None,
+            without_model: false,
         }
     }
 }
@@ -104,7 +107,7 @@ pub fn build(repo: Repo, cfg: Config, opts: Options) -> Result<Services> {
         },
         &env,
     )?;
-    if router.spec(Role::Coder).is_none() {
+    if router.spec(Role::Coder).is_none() && !opts.without_model {
         return Err(Error::Invalid(
             "no model is configured: pass --model PROVIDER:MODEL (e.g. openai:gpt-5, \
              ollama:qwen2.5-coder, scripted:run.jsonl) or set [models] coder in your config"

@@ -171,6 +171,20 @@ impl Repo {
             .is_some()
     }
 
+    /// Delete the local branch `branch` when it still points at `at` (a branch that moved
+    /// is someone's work and stays). `false` when nothing was deleted.
+    pub fn delete_branch_at(&self, branch: &str, at: gix::ObjectId) -> Result<bool> {
+        let name = format!("refs/heads/{branch}");
+        let Ok(Some(r)) = self.gix().try_find_reference(name.as_str()) else {
+            return Ok(false);
+        };
+        if r.try_id().map(|id| id.detach()) != Some(at) {
+            return Ok(false);
+        }
+        r.delete().ctx(|| format!("deleting {name}"))?;
+        Ok(true)
+    }
+
     /// Create `refs/heads/<to>` at the commit `refs/heads/<from>` points to: a run whose
     /// branch name is taken on the remote publishes under a name of its own.
     pub fn copy_branch(&self, from: &str, to: &str) -> Result<()> {

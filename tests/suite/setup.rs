@@ -641,3 +641,86 @@ fn a_pnpm_lockfile_installs_with_pnpm_from_npm() {
         "{setup}"
     );
 }
+
+/// Issue 39 point 8: a project with no packaging metadata whose only declaration is a
+/// `requirements-dev.txt` (here with a package the tests import): nothing test-specific
+/// exists, so set-up installs the dev file, and the fix verifies by detection alone.
+#[test]
+fn a_requirements_dev_file_alone_is_what_the_tests_get() {
+    let f = Fixture::new("python-add");
+    std::fs::write(f.repo().join("requirements-dev.txt"), "six==1.16.0\n").unwrap();
+    let test = f.repo().join("tests/test_calc.py");
+    let text = std::fs::read_to_string(&test).unwrap();
+    std::fs::write(
+        &test,
+        format!("import six  # from requirements-dev.txt\n{text}"),
+    )
+    .unwrap();
+    super::common::git(&f.repo(), &["add", "-A"]);
+    super::common::git(&f.repo(), &["commit", "-qm", "dev requirements"]);
+    let (code, json) = fix_add(&f, "calc.py");
+    let rec = record(&f, &json);
+    assert_eq!(code, Some(0), "{rec}");
+    let setup = &rec["setup"];
+    assert!(
+        setup["sources"][0]
+            .as_str()
+            .unwrap()
+            .contains("requirements-dev.txt"),
+        "{setup}"
+    );
+    assert!(
+        setup["commands"]
+            .to_string()
+            .contains("-r 'requirements-dev.txt'"),
+        "{setup}"
+    );
+}
+
+/// Issue 39 point 8: `git agent doctor --run` does what a run does before its first model
+/// turn, for real — set-up, then the baseline, in the sandbox — with no model configured
+/// and nothing edited; it says where the project's code is imported from and leaves no
+/// branch behind. On a project whose set-up installs a copy, it fails and says why.
+#[test]
+fn doctor_run_sets_up_and_runs_the_baseline_with_no_model() {
+    let f = Fixture::new("python-src");
+    let out = f.agent(&["doctor", "--run"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("== run: ok"), "{text}");
+    assert!(
+        text.contains("imports: the tests import the checkout's own code (calcsrc from src/)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("before: 1 failed: `tests/test_calc.py::test_add`"),
+        "{text}"
+    );
+    let branches = super::common::git(&f.repo(), &["branch", "--list", "agent/*"]);
+    assert!(branches.trim().is_empty(), "{branches}");
+    let status = super::common::git(&f.repo(), &["status", "--porcelain"]);
+    assert!(status.trim().is_empty(), "nothing edited: {status}");
+
+    // A set-up that installs a copy of the project: the check fails, saying why.
+    std::fs::create_dir_all(f.repo().join(".github")).unwrap();
+    std::fs::write(
+        f.repo().join(".github/agent.toml"),
+        "[setup]\ncommands = [\"python3 -m venv $GIT_AGENT_ENV/venv\", \"$GIT_AGENT_ENV/venv/bin/pip install --disable-pip-version-check --no-input --quiet . pytest\"]\npath = [\"$GIT_AGENT_ENV/venv/bin\"]\n[setup.env]\nVIRTUAL_ENV = \"$GIT_AGENT_ENV/venv\"\n",
+    )
+    .unwrap();
+    super::common::git(&f.repo(), &["add", "-A"]);
+    super::common::git(&f.repo(), &["commit", "-qm", "setup"]);
+    let out = f.agent(&["doctor", "--run"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("== run: FAILED"), "{text}");
+    assert!(
+        text.contains("would not import the project's own code"),
+        "{text}"
+    );
+}
