@@ -228,6 +228,11 @@ async fn run_tests_at(
         let goal = led.rec.task.goal.clone();
         let fixed = decision.newly_passing.clone();
         let planned = led.rec.planned_files();
+        let base_sha = led.rec.base_sha.clone();
+        let base_file = |path: &str| -> Option<String> {
+            let bytes = svc.repo.read_file_at(&base_sha, path).ok()??;
+            String::from_utf8(bytes).ok()
+        };
         let evidence = Evidence {
             fixed: &fixed,
             changed,
@@ -235,13 +240,14 @@ async fn run_tests_at(
             before: led.rec.baseline.as_ref().and_then(|b| b.report.as_ref()),
             before_root: &led.rec.worktree,
             after: obs.report.as_ref(),
+            base_file: &base_file,
         };
         verify::excuse(
             &mut decision,
             &obs,
             &led.rec.flaky,
             |name| allow && unrelated(name, &evidence),
-            |name| requested(name, &goal) || planned_test(name, &planned),
+            |name| requested(name, &goal) || planned_test(name, &planned, &evidence),
         );
     }
     let result = match check {
@@ -733,7 +739,7 @@ fn unrelated(name: &str, ev: &Evidence<'_>) -> bool {
         return false;
     }
     if let Some(file) = test_file_of(name)
-        && reaches_changed(ev.root, file, ev.changed)
+        && reaches_changed(ev, name, file)
     {
         return false;
     }
@@ -753,6 +759,8 @@ struct Evidence<'a> {
     before_root: &'a Path,
     /// This run's report.
     after: Option<&'a verify::TestReport>,
+    /// A file's content at the run's base (`None`: not there).
+    base_file: &'a dyn Fn(&str) -> Option<String>,
 }
 
 /// Whether `name` failed the same way before and after (the runner's text about it, with
@@ -831,17 +839,23 @@ fn test_file_of(name: &str) -> Option<&str> {
     (!first.contains(' ') && code.iter().any(|e| first.ends_with(e))).then_some(first)
 }
 
-/// Whether the test in `file` reaches what the run changed: the test file itself changed
-/// (a Rust source file only when it is a test file: its unit tests sit beside the code),
-/// or it imports a changed module (Python, JavaScript).
-fn reaches_changed(root: &Path, file: &str, changed: &[String]) -> bool {
+/// Whether the test `name` in `file` reaches what the run changed: the test file itself
+/// changed (a Rust source file only when it is a test file: its unit tests sit beside the
+/// code) where the test's own definition changed or cannot be told apart, or it imports a
+/// changed module (Python, JavaScript). A fix that adds its tests to the file of an
+/// unrelated failing test does not touch that test (issue 39).
+fn reaches_changed(ev: &Evidence<'_>, name: &str, file: &str) -> bool {
+    let (root, changed) = (ev.root, ev.changed);
     let rust_source = file.ends_with(".rs") && !verify::is_test_path(file);
-    if !rust_source && changed.iter().any(|c| c == file) {
-        return true;
-    }
     let Ok(text) = std::fs::read_to_string(root.join(file)) else {
         return !rust_source;
     };
+    if !rust_source
+        && changed.iter().any(|c| c == file)
+        && !own_definition_unchanged(ev, name, file)
+    {
+        return true;
+    }
     if file.ends_with(".py") {
         return changed
             .iter()
@@ -855,6 +869,54 @@ fn reaches_changed(root: &Path, file: &str, changed: &[String]) -> bool {
         .iter()
         .filter(|p| !verify::is_test_path(p))
         .any(|p| requires_module(&text, p))
+}
+
+/// The function a test id names (`file.py::Class::test_m[p]` → `test_m`,
+/// `bin(tests/t.rs)::module::name` → `name`), when it is an identifier.
+fn test_function(name: &str) -> Option<&str> {
+    let last = name.rsplit("::").next()?;
+    let last = last.split('[').next()?.trim();
+    (!last.is_empty() && last.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(last)
+}
+
+/// The source of the one `def`/`fn` named `func` in `text`: its line through the line
+/// before the next one at its indentation or less (decorators and attributes above it
+/// left out). `None` when there is no such definition or more than one.
+fn definition(text: &str, func: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let starts = |l: &str| {
+        let t = l.trim_start();
+        let t = t.strip_prefix("pub ").unwrap_or(t);
+        let t = t.strip_prefix("async ").unwrap_or(t);
+        [
+            format!("fn {func}("),
+            format!("def {func}("),
+            format!("fn {func}<"),
+        ]
+        .iter()
+        .any(|p| t.starts_with(p.as_str()))
+    };
+    let mut found = lines.iter().enumerate().filter(|(_, l)| starts(l));
+    let (at, first) = found.next()?;
+    if found.next().is_some() {
+        return None;
+    }
+    let own = indent(first);
+    let mut out = vec![*first];
+    for l in &lines[at + 1..] {
+        // A Rust body ends at its own `}`; a Python signature may close at its own `)`.
+        let brace = l.trim_start().starts_with('}');
+        let paren = l.trim_start().starts_with(')');
+        if !l.trim().is_empty() && indent(l) <= own && !brace && !paren {
+            break;
+        }
+        out.push(l);
+        if brace && indent(l) == own {
+            break;
+        }
+    }
+    Some(out.join("\n"))
 }
 
 /// Whether JavaScript or TypeScript source `text` imports or requires the module at
@@ -918,12 +980,33 @@ fn requested(name: &str, goal: &str) -> bool {
     tokens.contains(&leaf_l) || (bare.len() >= 3 && tokens.contains(bare))
 }
 
-/// Whether the plan names the file `name`'s test lives in: a test the plan is about is never
-/// excused as pre-existing.
-fn planned_test(name: &str, planned: &std::collections::BTreeSet<String>) -> bool {
+/// Whether the plan is about test `name`: it names the file the test lives in, and the
+/// run changed that test's own definition (or it cannot be told apart). A plan that adds
+/// its test to a file beside an unrelated failing one is not about that one. A test the
+/// plan is about is never excused as pre-existing.
+fn planned_test(
+    name: &str,
+    planned: &std::collections::BTreeSet<String>,
+    ev: &Evidence<'_>,
+) -> bool {
     // cargo names the crate's root source for a unit test, wherever the test is: only a test
     // file the plan names says the plan is about its tests.
-    test_file_of(name).is_some_and(|f| verify::is_test_path(f) && planned.contains(f))
+    test_file_of(name).is_some_and(|f| {
+        verify::is_test_path(f) && planned.contains(f) && !own_definition_unchanged(ev, name, f)
+    })
+}
+
+/// Whether test `name`'s own definition in `file` is the same at the base and now (both
+/// found, once each).
+fn own_definition_unchanged(ev: &Evidence<'_>, name: &str, file: &str) -> bool {
+    let Some(func) = test_function(name) else {
+        return false;
+    };
+    let Ok(text) = std::fs::read_to_string(ev.root.join(file)) else {
+        return false;
+    };
+    let now = definition(&text, func);
+    now.is_some() && (ev.base_file)(file).and_then(|b| definition(&b, func)) == now
 }
 
 /// Whether Python source `text` imports the module at repository path `path` (`src/` layouts
@@ -1121,6 +1204,36 @@ fn quoted(names: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_test_definition_is_its_own_lines_only() {
+        let rust = "#[test]\nfn a() {\n    one();\n}\n\n#[test]\nfn b() {\n    two();\n}\n";
+        assert_eq!(
+            super::definition(rust, "a").as_deref(),
+            Some("fn a() {\n    one();\n}")
+        );
+        let python = "class T:\n    def test_a(self):\n        x = 1\n\n        assert x\n\n    def test_b(self):\n        pass\n";
+        assert_eq!(
+            super::definition(python, "test_a").as_deref(),
+            Some("    def test_a(self):\n        x = 1\n\n        assert x\n")
+        );
+        let signature = "def test_a(\n    x,\n):\n    assert x\ndef other():\n    pass\n";
+        assert_eq!(
+            super::definition(signature, "test_a").as_deref(),
+            Some("def test_a(\n    x,\n):\n    assert x")
+        );
+        // Two of that name: cannot be told apart.
+        assert_eq!(
+            super::definition("def t():\n  1\ndef t():\n  2\n", "t"),
+            None
+        );
+        assert_eq!(super::test_function("t(tests/t.rs)::m::name"), Some("name"));
+        assert_eq!(
+            super::test_function("tests/x.py::C::test_m[1-2]"),
+            Some("test_m")
+        );
+        assert_eq!(super::test_function("add adds two numbers"), None);
+    }
+
     use super::super::fixture::World;
     use super::super::state::RunState;
     use super::*;

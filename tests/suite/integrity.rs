@@ -1056,6 +1056,51 @@ fn an_unrelated_rust_failure_at_the_base_does_not_block_a_real_fix() {
     assert_eq!(code, Some(1), "{json}");
 }
 
+/// Issue 39 point 5, as the semver crate has it: the unrelated failing test sits in the test
+/// file the fix adds its own test to. The file changed, but the failing test's own
+/// definition did not and it fails the same way: pre-existing, and the fix verifies. A
+/// change to that test's own body is never excused.
+#[test]
+fn an_unrelated_failure_in_the_file_the_fix_adds_its_test_to_does_not_block() {
+    let f = Fixture::new("rust-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    let api = std::fs::read_to_string(repo.join("tests/api.rs")).unwrap();
+    let failing = "\n#[test]\nfn parse_errors_read_well() {\n    assert_eq!(\"x\".parse::<i64>().map_err(|e| e.to_string()), Err(\"not a number\".to_string()));\n}\n";
+    std::fs::write(repo.join("tests/api.rs"), format!("{api}{failing}")).unwrap();
+    commit_all(&repo, "a test that fails at the base");
+    let with_test = |extra: &str| {
+        format!(
+            "{api}\n#[test]\nfn add_is_public() {{\n    assert_eq!(fixture_add::add(2, 2), 4);\n}}\n{extra}"
+        )
+    };
+    let script = |api_after: String| {
+        f.script(&[
+            plan(&["src/lib.rs", "tests/api.rs"]),
+            edit(
+                "src/lib.rs",
+                "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+                "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+            ),
+            write("tests/api.rs", &api_after),
+            finish(),
+        ])
+    };
+    let goal = "add returns the wrong sum";
+    let (code, json) = f.fix(&script(with_test(failing)), &[goal], &[]);
+    let rec = std::fs::read_to_string(f.run_dir(&run_id(&json)).join("record.json")).unwrap();
+    assert_eq!(code, Some(0), "{rec}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("Pre-existing failures") && report.contains("parse_errors_read_well"),
+        "{report}"
+    );
+    // The same fix, with the failing test's own body changed (it still fails): doubt.
+    let changed = failing.replace("\"x\"", "\"y\"");
+    let (code, json) = f.fix(&script(with_test(&changed)), &[goal], &[]);
+    assert_eq!(code, Some(1), "{json}");
+}
+
 /// Issue 39 point 5, JavaScript (node's runner, titles only): an unrelated test fails at the
 /// base; the fix for `add` succeeds with it listed as pre-existing. When the request names
 /// that test by its full title, it is never excused.
