@@ -8,7 +8,9 @@
 //! directory (cold: the set-up runs), then again on the same state directory (warm: the
 //! cache entry is reused). Set-up times are read from the run record
 //! (`setup.runs[0].duration_ms`: checkout, commands, keeping the outputs). Reports medians,
-//! cold ÷ hand and warm ÷ cold. The `git-agent` binary is the one beside this program.
+//! cold ÷ hand and warm ÷ cold, with the baseline test run's duration beside (from the same
+//! records: `verification[when = before]`). The `git-agent` binary is the one beside this
+//! program.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
@@ -35,9 +37,19 @@ fn git(dir: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// One `git agent plan` on `repo` with `state`; the set-up's duration and whether it was
-/// reused, from the record.
-fn agent_plan(agent: &Path, repo: &Path, state: &Path, n: usize) -> Result<(Duration, bool)> {
+/// What one `git agent plan` run's record says.
+struct Timing {
+    /// The set-up's duration.
+    setup: Duration,
+    /// Whether the set-up was reused from the cache.
+    cached: bool,
+    /// The baseline test run's duration (`None`: no test command ran).
+    baseline: Option<Duration>,
+}
+
+/// One `git agent plan` on `repo` with `state`: the set-up's duration, whether it was
+/// reused, and the baseline test run's duration, from the record.
+fn agent_plan(agent: &Path, repo: &Path, state: &Path, n: usize) -> Result<Timing> {
     let script = state.with_extension(format!("script-{n}.jsonl"));
     std::fs::write(
         &script,
@@ -65,7 +77,16 @@ fn agent_plan(agent: &Path, repo: &Path, state: &Path, n: usize) -> Result<(Dura
     let ms = setup["duration_ms"]
         .as_u64()
         .with_context(|| format!("the run set nothing up: {}", rec["notes"]))?;
-    Ok((Duration::from_millis(ms), setup["cached"] == true))
+    let baseline = rec["verification"]
+        .as_array()
+        .and_then(|v| v.iter().find(|l| l["when"] == "before"))
+        .and_then(|l| l["duration_ms"].as_u64())
+        .map(Duration::from_millis);
+    Ok(Timing {
+        setup: Duration::from_millis(ms),
+        cached: setup["cached"] == true,
+        baseline,
+    })
 }
 
 fn main() -> Result<()> {
@@ -89,6 +110,7 @@ fn main() -> Result<()> {
         .join("git-agent");
     let tmp = tempfile::tempdir()?;
     let (mut hands, mut colds, mut warms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut baselines = Vec::new();
     for round in 0..rounds {
         let clone = tmp.path().join(format!("hand-{round}"));
         git(
@@ -118,27 +140,36 @@ fn main() -> Result<()> {
             bail!("the hand-made set-up failed: {hand}");
         }
         let state = tmp.path().join(format!("state-{round}"));
-        let (cold, cached) = agent_plan(&agent, &repo, &state, 2 * round)?;
-        if cached {
+        let cold = agent_plan(&agent, &repo, &state, 2 * round)?;
+        if cold.cached {
             bail!("a fresh state directory had a warm cache");
         }
-        let (warm, cached) = agent_plan(&agent, &repo, &state, 2 * round + 1)?;
-        if !cached {
+        let warm = agent_plan(&agent, &repo, &state, 2 * round + 1)?;
+        if !warm.cached {
             bail!("the second run did not reuse the set-up");
         }
+        let baseline = warm.baseline.or(cold.baseline);
         eprintln!(
-            "round {round}: hand {:.2} s, cold {:.2} s, warm {:.3} s",
+            "round {round}: hand {:.2} s, cold {:.2} s, warm {:.3} s, baseline tests {}",
             h.as_secs_f64(),
-            cold.as_secs_f64(),
-            warm.as_secs_f64()
+            cold.setup.as_secs_f64(),
+            warm.setup.as_secs_f64(),
+            baseline.map_or("none".into(), |b| format!("{:.2} s", b.as_secs_f64()))
         );
+        baselines.extend(baseline);
+        let (cold, warm) = (cold.setup, warm.setup);
         hands.push(h);
         colds.push(cold);
         warms.push(warm);
     }
     let (h, c, w) = (median(hands), median(colds), median(warms));
+    let baseline = if baselines.is_empty() {
+        "no test command".to_string()
+    } else {
+        format!("{:.2} s", median(baselines).as_secs_f64())
+    };
     println!(
-        "{}: hand {:.2} s · cold {:.2} s · warm {:.3} s · cold/hand {:.2}× · warm/cold {:.3}×",
+        "{}: hand {:.2} s · cold {:.2} s · warm {:.3} s · cold/hand {:.2}× · warm/cold {:.3}× · baseline tests {baseline}",
         repo.display(),
         h.as_secs_f64(),
         c.as_secs_f64(),
