@@ -95,6 +95,9 @@ pub struct Decision {
     /// others (the request names them, or they may be what was asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_excused: Option<String>,
+    /// Pass now and were not in the baseline at all: tests the run added (full names only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added_passing: Vec<String>,
 }
 
 impl Decision {
@@ -151,7 +154,8 @@ impl Decision {
 
 /// Take `flaky` tests (failed in the baseline, passed in a full rerun) out of the decision,
 /// and let the still-failing tests for which `unrelated` says so stand as pre-existing — but
-/// only when the run fixed at least one baseline failure and nothing newly fails, names
+/// only when the run fixed at least one baseline failure or added passing tests, nothing
+/// newly fails, names
 /// compare in full, and every test that fails now is accounted for. When in doubt it blocks.
 ///
 /// `requested` says whether the request (or the plan) names a test: its identifier, file or
@@ -182,7 +186,11 @@ pub fn excuse(
     left_out.sort();
     left_out.dedup();
     d.flaky = left_out;
-    if !d.newly_passing.is_empty() && d.newly_failing.is_empty() && d.missing.is_empty() {
+    // The run did something a test shows: it fixed a baseline failure, or added tests that
+    // pass (a real fix usually comes with its own new test, and the reproduction check asks
+    // whether that test fails on the base's code before the run is called verified).
+    let did = !d.newly_passing.is_empty() || !d.added_passing.is_empty();
+    if did && d.newly_failing.is_empty() && d.missing.is_empty() {
         let asked: Vec<&String> = d.still_failing.iter().filter(|n| requested(n)).collect();
         if !asked.is_empty() {
             let named = asked
@@ -258,6 +266,7 @@ pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
         preexisting: Vec::new(),
         flaky: Vec::new(),
         not_excused: None,
+        added_passing: Vec::new(),
     };
     let exit_ok = after.exit_code == Some(0);
     match after.exit_code {
@@ -341,6 +350,18 @@ pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
             })
             .cloned()
             .collect();
+        if before.names == Names::Full {
+            d.added_passing = now
+                .passed
+                .iter()
+                .filter(|n| {
+                    !before.passed.contains(*n)
+                        && !before.failed.contains(*n)
+                        && !before.skipped.contains(*n)
+                })
+                .cloned()
+                .collect();
+        }
     } else {
         // Passing tests are not named: a test that failed before and is not failing now is
         // taken as passing, guarded by the counts — more tests must pass than before, by at
@@ -649,6 +670,28 @@ mod tests {
         let mut d = decide(Some(&before), &broke);
         excuse(&mut d, &broke, &BTreeSet::new(), |_| true, |_| false);
         assert!(!d.success);
+    }
+
+    /// Issue 39 (attrs, replayed): the base fails one unrelated test, and the fix comes with
+    /// a new test of its own, so no baseline failure flips. Its added, passing test is what
+    /// the run did: the unrelated failure stands as pre-existing. Without it, nothing does.
+    #[test]
+    fn a_fix_that_adds_its_own_test_lets_an_unrelated_failure_stand() {
+        let before = obs(1, Some(report(Names::Full, &["a"], &["py_version"])));
+        let after = obs(
+            1,
+            Some(report(Names::Full, &["a", "new_test"], &["py_version"])),
+        );
+        let mut d = decide(Some(&before), &after);
+        assert_eq!(d.added_passing, ["new_test"]);
+        excuse(&mut d, &after, &BTreeSet::new(), |_| true, |_| false);
+        assert!(d.success, "{d:?}");
+        assert_eq!(d.preexisting, ["py_version"]);
+        // Nothing added, nothing fixed: nothing excused.
+        let same = obs(1, Some(report(Names::Full, &["a"], &["py_version"])));
+        let mut d = decide(Some(&before), &same);
+        excuse(&mut d, &same, &BTreeSet::new(), |_| true, |_| false);
+        assert!(!d.success && d.preexisting.is_empty(), "{d:?}");
     }
 
     /// Guards issue 18's attacker review, item 3: the model fixes another baseline failure
