@@ -233,7 +233,9 @@ fn replay(
     let run_dir = dir.join(".git/agent/runs").join(run);
     let rec: Value = serde_json::from_slice(&std::fs::read(run_dir.join("record.json"))?)?;
     let report = std::fs::read_to_string(run_dir.join("pr.md")).unwrap_or_default();
-    let verified = report.contains("verified by the project's tests");
+    // Verified, or verified with failures the base already had listed beside it.
+    let preexisting = report.contains("pass except failures judged pre-existing");
+    let verified = report.contains("verified by the project's tests") || preexisting;
     let last = rec["verification"]
         .as_array()
         .and_then(|v| v.last())
@@ -253,6 +255,7 @@ fn replay(
         "subject": subject.trim(),
         "state": rec["state"],
         "verified": verified,
+        "preexisting": preexisting,
         "seconds": (secs * 10.0).round() / 10.0,
         "setup_cached": rec["setup"]["runs"][0]["cached"],
         "last": last,

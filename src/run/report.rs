@@ -320,7 +320,13 @@ pub fn render(r: &ReportInput) -> String {
             {
                 "Draft for review; verified by the project's tests."
             }
-            Some(i) if i.passed && (!i.preexisting.is_empty() || !i.flaky.is_empty()) => {
+            // A failure left standing is judged beside a test that showed the problem, never
+            // alone: a run may add a test that passes anyway (issue 39).
+            Some(i)
+                if i.passed
+                    && i.reproduced
+                    && (!i.preexisting.is_empty() || !i.flaky.is_empty()) =>
+            {
                 "Draft for review; the project's tests pass except failures judged pre-existing or flaky (listed below) — **check that they are unrelated**."
             }
             Some(i) if i.passed => {

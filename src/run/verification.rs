@@ -246,6 +246,8 @@ async fn run_tests_at(
             &mut decision,
             &obs,
             &led.rec.flaky,
+            // The held-out run follows a clean checkout's run that passed.
+            matches!(check, Check::HeldOut(_)),
             |name| allow && unrelated(name, &evidence),
             |name| requested(name, &goal) || planned_test(name, &planned, &evidence),
         );
@@ -642,7 +644,13 @@ pub(super) async fn final_check(
 
     // 5. Reproduction: did a test show the problem before the change?
     let mode = svc.config.settings.verify.reproduce;
-    if let Some(failing) = baseline_failures(led.rec.baseline.as_ref()) {
+    let left: Vec<String> = integrity
+        .preexisting
+        .iter()
+        .chain(&integrity.flaky)
+        .cloned()
+        .collect();
+    if let Some(failing) = baseline_failures(led.rec.baseline.as_ref(), &left) {
         integrity.reproduced = true;
         integrity.reproduction = Some(format!("the baseline's failing tests ({failing})"));
     } else {
@@ -1040,12 +1048,20 @@ fn imports_module(text: &str, path: &str) -> bool {
     })
 }
 
-/// The failing tests the baseline named (or its failing exit), when it showed any.
-fn baseline_failures(baseline: Option<&Observation>) -> Option<String> {
+/// The failing tests the baseline named (or its failing exit), when it showed any, less the
+/// ones the run left standing as pre-existing or flaky (`left`).
+fn baseline_failures(baseline: Option<&Observation>, left: &[String]) -> Option<String> {
     let b = baseline?;
     match &b.report {
+        // A failure the run left standing (pre-existing, flaky) showed nothing about it.
         Some(r) if !r.failed.is_empty() => {
-            Some(quoted(&r.failed.iter().cloned().collect::<Vec<_>>()))
+            let shown: Vec<String> = r
+                .failed
+                .iter()
+                .filter(|n| !left.contains(n))
+                .cloned()
+                .collect();
+            (!shown.is_empty()).then(|| quoted(&shown))
         }
         _ => match b.exit_code {
             Some(0) => None,

@@ -158,6 +158,8 @@ impl Decision {
 /// newly fails, names
 /// compare in full, and every test that fails now is accounted for. When in doubt it blocks.
 ///
+/// `shown`: an earlier deciding run of the same attempt already showed what the run did
+/// (the held-out run, whose test files are the base's, comes after the clean checkout's).
 /// `requested` says whether the request (or the plan) names a test: its identifier, file or
 /// full title. A requested test is never excused, and where the request names a baseline
 /// failure that still fails nothing is (issue 18: a model fixing another baseline failure
@@ -168,6 +170,7 @@ pub fn excuse(
     d: &mut Decision,
     now: &Observation,
     flaky: &BTreeSet<String>,
+    shown: bool,
     unrelated: impl Fn(&str) -> bool,
     requested: impl Fn(&str) -> bool,
 ) {
@@ -189,7 +192,7 @@ pub fn excuse(
     // The run did something a test shows: it fixed a baseline failure, or added tests that
     // pass (a real fix usually comes with its own new test, and the reproduction check asks
     // whether that test fails on the base's code before the run is called verified).
-    let did = !d.newly_passing.is_empty() || !d.added_passing.is_empty();
+    let did = shown || !d.newly_passing.is_empty() || !d.added_passing.is_empty();
     if did && d.newly_failing.is_empty() && d.missing.is_empty() {
         let asked: Vec<&String> = d.still_failing.iter().filter(|n| requested(n)).collect();
         if !asked.is_empty() {
@@ -644,6 +647,7 @@ mod tests {
             &mut d,
             &after,
             &flaky,
+            false,
             |n| n == "py_version",
             |n| n == "fix",
         );
@@ -657,18 +661,25 @@ mod tests {
         );
         // Related (or in doubt): it blocks.
         let mut d = decide(Some(&before), &after);
-        excuse(&mut d, &after, &flaky, |_| false, |n| n == "fix");
+        excuse(&mut d, &after, &flaky, false, |_| false, |n| n == "fix");
         assert!(!d.success);
         assert_eq!(d.still_failing, ["py_version"]);
         // Nothing fixed: nothing excused.
         let nothing = obs(1, Some(report(Names::Full, &["a"], &["fix", "py_version"])));
         let mut d = decide(Some(&before), &nothing);
-        excuse(&mut d, &nothing, &BTreeSet::new(), |_| true, |_| false);
+        excuse(
+            &mut d,
+            &nothing,
+            &BTreeSet::new(),
+            false,
+            |_| true,
+            |_| false,
+        );
         assert!(!d.success && d.preexisting.is_empty());
         // A newly failing test always fails the run.
         let broke = obs(1, Some(report(Names::Full, &["fix"], &["py_version", "a"])));
         let mut d = decide(Some(&before), &broke);
-        excuse(&mut d, &broke, &BTreeSet::new(), |_| true, |_| false);
+        excuse(&mut d, &broke, &BTreeSet::new(), false, |_| true, |_| false);
         assert!(!d.success);
     }
 
@@ -684,14 +695,19 @@ mod tests {
         );
         let mut d = decide(Some(&before), &after);
         assert_eq!(d.added_passing, ["new_test"]);
-        excuse(&mut d, &after, &BTreeSet::new(), |_| true, |_| false);
+        excuse(&mut d, &after, &BTreeSet::new(), false, |_| true, |_| false);
         assert!(d.success, "{d:?}");
         assert_eq!(d.preexisting, ["py_version"]);
         // Nothing added, nothing fixed: nothing excused.
         let same = obs(1, Some(report(Names::Full, &["a"], &["py_version"])));
         let mut d = decide(Some(&before), &same);
-        excuse(&mut d, &same, &BTreeSet::new(), |_| true, |_| false);
+        excuse(&mut d, &same, &BTreeSet::new(), false, |_| true, |_| false);
         assert!(!d.success && d.preexisting.is_empty(), "{d:?}");
+        // The held-out run has the base's test files, so not the added test: the clean
+        // checkout's run before it showed what the run did.
+        let mut d = decide(Some(&before), &same);
+        excuse(&mut d, &same, &BTreeSet::new(), true, |_| true, |_| false);
+        assert!(d.success && d.preexisting == ["py_version"], "{d:?}");
     }
 
     /// Guards issue 18's attacker review, item 3: the model fixes another baseline failure
@@ -703,7 +719,14 @@ mod tests {
         let before = obs(1, Some(report(Names::Full, &["a"], &["fix", "other"])));
         let after = obs(1, Some(report(Names::Full, &["a", "other"], &["fix"])));
         let mut d = decide(Some(&before), &after);
-        excuse(&mut d, &after, &BTreeSet::new(), |_| true, |n| n == "fix");
+        excuse(
+            &mut d,
+            &after,
+            &BTreeSet::new(),
+            false,
+            |_| true,
+            |n| n == "fix",
+        );
         assert!(!d.success, "{d:?}");
         assert!(d.preexisting.is_empty());
         assert!(
@@ -719,11 +742,18 @@ mod tests {
         let before = obs(1, Some(report(Names::Full, &["a"], &failing)));
         let after = obs(1, Some(report(Names::Full, &["a", "x"], &failing[..10])));
         let mut d = decide(Some(&before), &after);
-        excuse(&mut d, &after, &BTreeSet::new(), |_| true, |_| false);
+        excuse(&mut d, &after, &BTreeSet::new(), false, |_| true, |_| false);
         assert!(d.success && d.preexisting.len() == 10, "{d:?}");
         // Unrelated by no evidence: it blocks.
         let mut d = decide(Some(&before), &after);
-        excuse(&mut d, &after, &BTreeSet::new(), |_| false, |_| false);
+        excuse(
+            &mut d,
+            &after,
+            &BTreeSet::new(),
+            false,
+            |_| false,
+            |_| false,
+        );
         assert!(!d.success && d.preexisting.is_empty(), "{d:?}");
     }
 

@@ -66,7 +66,7 @@ pub struct TestDeps {
     pub source: Source,
     /// The project's optional-dependency extras installed with it.
     pub extras: Vec<String>,
-    /// A requirements file the project's runtime needs when it has no packaging metadata.
+    /// `requirements.txt`, what the project runs with, beside any source but a lockfile.
     pub runtime: Option<PathBuf>,
     /// Files the choice read (part of the set-up key).
     pub read: Vec<PathBuf>,
@@ -120,9 +120,7 @@ impl TestDeps {
 }
 
 /// Choose for the project at `root`; `pyproject` is its parsed `pyproject.toml`.
-/// `installable` says whether the project itself can be installed (its runtime
-/// dependencies then come with it).
-pub fn choose(root: &Path, pyproject: Option<&toml::Table>, installable: bool) -> TestDeps {
+pub fn choose(root: &Path, pyproject: Option<&toml::Table>) -> TestDeps {
     let optional = pyproject
         .and_then(|d| d.get("project"))
         .and_then(|p| p.get("optional-dependencies"))
@@ -143,14 +141,24 @@ pub fn choose(root: &Path, pyproject: Option<&toml::Table>, installable: bool) -
     let groups = pyproject
         .and_then(|d| d.get("dependency-groups"))
         .and_then(toml::Value::as_table);
-    let runtime = (!installable && root.join("requirements.txt").is_file())
+    // What the project runs with, when it keeps that in requirements.txt: installed beside
+    // any source but a lockfile (which holds the runtime's versions itself).
+    let runtime = root
+        .join("requirements.txt")
+        .is_file()
         .then(|| PathBuf::from("requirements.txt"));
     let mut read = Vec::new();
-    let done = |source: Source, extras: Vec<String>, read: Vec<PathBuf>| TestDeps {
-        source,
-        extras,
-        runtime: runtime.clone(),
-        read,
+    let done = |source: Source, extras: Vec<String>, read: Vec<PathBuf>| {
+        let locked = matches!(
+            source,
+            Source::UvLock { .. } | Source::Constrained { .. } | Source::Pipfile { .. }
+        );
+        TestDeps {
+            source,
+            extras,
+            runtime: if locked { None } else { runtime.clone() },
+            read,
+        }
     };
     if root.join("uv.lock").is_file() {
         let mut named: Vec<String> = TEST_NAMES
@@ -174,18 +182,8 @@ pub fn choose(root: &Path, pyproject: Option<&toml::Table>, installable: bool) -
     if let Some(s) = pipfile(root) {
         return done(s, extras, vec!["Pipfile.lock".into()]);
     }
-    if let Some(g) = groups
-        && let Some(name) = TEST_NAMES.iter().find(|n| g.contains_key(**n))
-    {
-        let requirements = expand_group(g, name);
-        return done(
-            Source::Groups {
-                name: name.to_string(),
-                requirements,
-            },
-            extras,
-            read,
-        );
+    if let Some(source) = group_source(groups, TEST_NAMES) {
+        return done(source, extras, read);
     }
     let files = requirement_files(root, TEST_FILES);
     if !files.is_empty() {
@@ -207,25 +205,10 @@ pub fn choose(root: &Path, pyproject: Option<&toml::Table>, installable: bool) -
         );
     }
     // Nothing test-specific: the project's dev tooling, which may hold its test tools.
-    if let Some(g) = groups
-        && g.contains_key(DEV)
-    {
-        let requirements = expand_group(g, DEV);
-        return done(
-            Source::Groups {
-                name: DEV.into(),
-                requirements,
-            },
-            extras,
-            read,
-        );
+    if let Some(source) = group_source(groups, &[DEV]) {
+        return done(source, extras, read);
     }
-    // An installable project's requirements.txt is its pins or its tooling, never what it
-    // needs to run (that comes with it): as much dev tooling as the dev files.
-    let mut files = requirement_files(root, DEV_FILES);
-    if installable && root.join("requirements.txt").is_file() {
-        files.insert(0, "requirements.txt".into());
-    }
+    let files = requirement_files(root, DEV_FILES);
     if !files.is_empty() {
         return done(Source::Files(files), extras, read);
     }
@@ -238,6 +221,16 @@ pub fn choose(root: &Path, pyproject: Option<&toml::Table>, installable: bool) -
     }
     dev_extras.dedup();
     done(Source::Extras, dev_extras, read)
+}
+
+/// The first of the PEP 735 groups `names` the project has, include-groups expanded.
+fn group_source(groups: Option<&toml::Table>, names: &[&str]) -> Option<Source> {
+    let g = groups?;
+    let name = names.iter().find(|n| g.contains_key(**n))?;
+    Some(Source::Groups {
+        name: name.to_string(),
+        requirements: expand_group(g, name),
+    })
 }
 
 /// Requirement files that hold test dependencies, relative to the project.
@@ -560,7 +553,7 @@ mod tests {
         let doc = std::fs::read_to_string(d.path().join("pyproject.toml"))
             .ok()
             .and_then(|t| t.parse::<toml::Table>().ok());
-        let deps = choose(d.path(), doc.as_ref(), true);
+        let deps = choose(d.path(), doc.as_ref());
         (d, deps)
     }
 
@@ -617,10 +610,7 @@ mod tests {
             deps.source,
             Source::Files(vec!["requirements/tests.txt".into()])
         );
-        assert_eq!(
-            deps.runtime, None,
-            "an installable project brings its own runtime"
-        );
+        assert_eq!(deps.runtime, Some("requirements.txt".into()));
         let (_d, deps) = project(&[
             ("pyproject.toml", PROJECT),
             ("requirements-dev.txt", "pytest\n"),

@@ -423,7 +423,7 @@ fn python(root: &Path, test: Option<&TestCommand>, p: &mut SetupPlan) -> Result<
         .is_some_and(|d| d.contains_key("project") || d.contains_key("build-system"))
         || root.join("setup.py").is_file()
         || read(&root.join("setup.cfg"))?.is_some_and(|t| t.contains("[metadata]"));
-    let deps = pydeps::choose(root, doc.as_ref(), installable);
+    let deps = pydeps::choose(root, doc.as_ref());
     let pytest = test.is_some_and(|t| t.runner == Runner::Pytest);
     // A project with no packaging metadata and nothing that names its dependencies declares
     // nothing to install: its tests run with what the machine has.

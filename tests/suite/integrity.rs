@@ -1056,6 +1056,73 @@ fn an_unrelated_rust_failure_at_the_base_does_not_block_a_real_fix() {
     assert_eq!(code, Some(1), "{json}");
 }
 
+/// Issue 39, as attrs has it (replayed): the base fails one unrelated test, the bug has no
+/// test yet, and the fix comes with a new one. No baseline failure flips, so what the run
+/// did is its added test — which passes now and fails on the base's code (the reproduction
+/// check) — and the unrelated failure stands as pre-existing, in the held-out run too.
+#[test]
+fn a_fix_with_its_own_new_test_verifies_beside_an_unrelated_base_failure() {
+    let f = Fixture::new("python-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    std::fs::write(
+        repo.join("tests/test_calc.py"),
+        "from calc import add, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join("tests/test_platform.py"),
+        "import sys\n\n\ndef test_runs_on_an_old_python():\n    assert sys.version_info < (3, 0)\n",
+    )
+    .unwrap();
+    commit_all(&repo, "an unrelated failure; no test for add yet");
+    let script = f.script(&[
+        plan(&["calc.py", "tests/test_calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        write(
+            "tests/test_calc.py",
+            "from calc import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["add returns the wrong sum"], &[]);
+    let rec = std::fs::read_to_string(f.run_dir(&run_id(&json)).join("record.json")).unwrap();
+    assert_eq!(code, Some(0), "{rec}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("the project's tests pass except failures judged pre-existing")
+            && report.contains("Pre-existing failures")
+            && report.contains("test_runs_on_an_old_python"),
+        "{report}"
+    );
+    // A test the run adds that passes on the base's code too shows nothing: the failure
+    // left standing is not judged beside it.
+    let script = f.script(&[
+        plan(&["calc.py", "tests/test_calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    # adds\n    return a - b",
+        ),
+        write(
+            "tests/test_calc.py",
+            "from calc import add, sub\n\n\ndef test_add_exists():\n    assert callable(add)\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n",
+        ),
+        finish(),
+    ]);
+    let (_, json) = f.fix(&script, &["add returns the wrong sum"], &[]);
+    let report = f.report(&run_id(&json));
+    assert!(
+        !report.contains("verified by the project's tests")
+            && !report.contains("pass except failures judged pre-existing"),
+        "{report}"
+    );
+}
+
 /// Issue 39 point 5, as the semver crate has it: the unrelated failing test sits in the test
 /// file the fix adds its own test to. The file changed, but the failing test's own
 /// definition did not and it fails the same way: pre-existing, and the fix verifies. A

@@ -470,16 +470,7 @@ fn an_install_script_that_reaches_for_the_network_is_skipped_not_fatal() {
     assert_ne!(pkg, fetching);
     std::fs::write(f.repo().join("package.json"), fetching).unwrap();
     super::common::git(&f.repo(), &["commit", "-qam", "postinstall"]);
-    let script = f.script(&[
-        plan(&["calc.js"]),
-        edit(
-            "calc.js",
-            "function add(a, b) {\n  return a - b;",
-            "function add(a, b) {\n  return a + b;",
-        ),
-        finish(),
-    ]);
-    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    let (code, json) = fix_add_js(&f);
     assert_eq!(code, Some(0), "{json}");
     let rec = record(&f, &json);
     assert_eq!(rec["setup"]["network"], json!(["npm"]), "{rec}");
@@ -515,6 +506,20 @@ fn an_installed_copy_instead_of_the_tree_is_an_environment_failure() {
         line.contains("would not import the project's own code") && line.contains("site-packages"),
         "{line}"
     );
+}
+
+/// The fix every `add subtracts` JavaScript fixture takes, in `calc.js`.
+fn fix_add_js(f: &Fixture) -> (Option<i32>, Value) {
+    let script = f.script(&[
+        plan(&["calc.js"]),
+        edit(
+            "calc.js",
+            "function add(a, b) {\n  return a - b;",
+            "function add(a, b) {\n  return a + b;",
+        ),
+        finish(),
+    ]);
+    f.fix(&script, &["fix add"], &[])
 }
 
 /// The fix every `add subtracts` Python fixture takes, in `file`.
@@ -615,16 +620,7 @@ fn a_version_from_a_git_tag_installs_inside_the_view() {
 fn a_pnpm_lockfile_installs_with_pnpm_from_npm() {
     let f = Fixture::new("js-pnpm");
     ignore(&f, "node_modules/\n");
-    let script = f.script(&[
-        plan(&["calc.js"]),
-        edit(
-            "calc.js",
-            "function add(a, b) {\n  return a - b;",
-            "function add(a, b) {\n  return a + b;",
-        ),
-        finish(),
-    ]);
-    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    let (code, json) = fix_add_js(&f);
     let rec = record(&f, &json);
     assert_eq!(code, Some(0), "{rec}");
     let setup = &rec["setup"];
