@@ -246,8 +246,9 @@ async fn run_tests_at(
             &mut decision,
             &obs,
             &led.rec.flaky,
-            // The held-out run follows a clean checkout's run that passed.
-            matches!(check, Check::HeldOut(_)),
+            // The held-out run follows a clean checkout's run that passed; a run that changed
+            // a test file did something its tests may show (the reproduction check asks).
+            matches!(check, Check::HeldOut(_)) || changed.iter().any(|p| verify::is_test_path(p)),
             |name| allow && unrelated(name, &evidence),
             |name| requested(name, &goal) || planned_test(name, &planned, &evidence),
         );
@@ -654,12 +655,17 @@ pub(super) async fn final_check(
         integrity.reproduced = true;
         integrity.reproduction = Some(format!("the baseline's failing tests ({failing})"));
     } else {
-        let new_tests = new_test_names(led.rec.baseline.as_ref(), &clean_obs);
         let test_paths: Vec<String> = changed
             .iter()
             .filter(|c| c.status != FileStatus::Deleted && verify::is_test_path(&c.path))
             .map(|c| c.path.clone())
             .collect();
+        // The run's tests: the ones it added, and the passing ones in the test files it
+        // changed (a real fix often makes an existing test ask for the right behaviour).
+        let mut new_tests = new_test_names(led.rec.baseline.as_ref(), &clean_obs);
+        new_tests.extend(tests_in_files(&clean_obs, &test_paths));
+        new_tests.sort();
+        new_tests.dedup();
         if new_tests.is_empty() || test_paths.is_empty() {
             integrity.reproduction = Some(match mode {
                 Reproduce::Off => {
@@ -1102,6 +1108,18 @@ fn new_test_names(baseline: Option<&Observation>, now: &Observation) -> Vec<Stri
     r.passed
         .iter()
         .filter(|n| before.is_none_or(|b| !b.passed.contains(*n) && !b.failed.contains(*n)))
+        .cloned()
+        .collect()
+}
+
+/// The passing tests whose file (as the runner names it) is one of `files`.
+fn tests_in_files(now: &Observation, files: &[String]) -> Vec<String> {
+    let Some(r) = now.report.as_ref() else {
+        return Vec::new();
+    };
+    r.passed
+        .iter()
+        .filter(|n| test_file_of(n).is_some_and(|f| files.iter().any(|p| p == f)))
         .cloned()
         .collect()
 }

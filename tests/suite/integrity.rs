@@ -1123,6 +1123,44 @@ fn a_fix_with_its_own_new_test_verifies_beside_an_unrelated_base_failure() {
     );
 }
 
+/// Issue 39, as attrs has it too: the fix makes an existing test ask for the right
+/// behaviour instead of adding one (no new test name, no baseline failure flips), beside an
+/// unrelated base failure. The changed test fails on the base's code and passes now: it
+/// shows the problem, and the unrelated failure stands as pre-existing.
+#[test]
+fn a_fix_that_strengthens_an_existing_test_verifies_beside_an_unrelated_base_failure() {
+    let f = Fixture::new("python-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    let weak = "from calc import add, sub\n\n\ndef test_add():\n    assert add(2, 3) is not None\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n";
+    std::fs::write(repo.join("tests/test_calc.py"), weak).unwrap();
+    std::fs::write(
+        repo.join("tests/test_platform.py"),
+        "import sys\n\n\ndef test_runs_on_an_old_python():\n    assert sys.version_info < (3, 0)\n",
+    )
+    .unwrap();
+    commit_all(&repo, "a weak test for add; an unrelated failure");
+    let script = f.script(&[
+        plan(&["calc.py", "tests/test_calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        write("tests/test_calc.py", &weak.replace("is not None", "== 5")),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["add returns the wrong sum"], &[]);
+    let rec = std::fs::read_to_string(f.run_dir(&run_id(&json)).join("record.json")).unwrap();
+    assert_eq!(code, Some(0), "{rec}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("the project's tests pass except failures judged pre-existing")
+            && report.contains("test_runs_on_an_old_python"),
+        "{report}"
+    );
+}
+
 /// Issue 39 point 5, as the semver crate has it: the unrelated failing test sits in the test
 /// file the fix adds its own test to. The file changed, but the failing test's own
 /// definition did not and it fails the same way: pre-existing, and the fix verifies. A
