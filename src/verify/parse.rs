@@ -544,7 +544,10 @@ fn parse_pytest(text: &str) -> Option<TestReport> {
                     .iter()
                     .find_map(|p| title.strip_prefix(p))
                     .unwrap_or(&title);
-                test.replace('.', "::")
+                // `TestClass.test_m[a.b]`: a dot is a class separator only before the
+                // parameters, which may hold any text (`[val=a = attr.ib(type=int)]`).
+                let (path, params) = test.split_at(test.find('[').unwrap_or(test.len()));
+                format!("{}{params}", path.replace('.', "::"))
             });
         if let Some(name) = failed
             .iter()
@@ -1527,6 +1530,28 @@ mod tests {
         );
         assert!(r.details["tests/test_mathx.py::test_parse[x-None]"].contains("ValueError"));
         assert!(r.details["tests/test_mathx.py::TestThing::test_method"].contains("Differing"));
+    }
+
+    #[test]
+    fn pytest_details_of_a_parameter_with_dots_and_spaces() {
+        // pytest-mypy-plugins names cases by their source text (attrs' `test_mypy.yml`).
+        let out = "\
+============================= test session starts ==============================
+collected 2 items
+
+tests/test_mypy.yml F.                                                   [100%]
+
+=================================== FAILURES ===================================
+__________ TestK.case[val=a = attr.ib(type=int)] __________
+E   TypecheckAssertionError: Cannot find module named \"attr\"
+=========================== short test summary info ============================
+FAILED tests/test_mypy.yml::TestK::case[val=a = attr.ib(type=int)]
+========================= 1 failed, 1 passed in 0.50s ==========================
+";
+        let r = parse_output(None, out).unwrap();
+        let name = "tests/test_mypy.yml::TestK::case[val=a = attr.ib(type=int)]";
+        assert_eq!(r.failed, set(&[name]));
+        assert!(r.details[name].contains("Cannot find module"), "{r:?}");
     }
 
     #[test]
