@@ -533,12 +533,36 @@ impl<'a> Active<'a> {
             }
             let (led, bench) = self.parts()?;
             let mut run = verification::run_tests(led, bench, cmd, Check::Baseline).await?;
-            let problem = verify::environment_problem(
-                cmd,
-                run.obs.exit_code,
-                &run.output,
-                run.obs.report.as_ref(),
-            );
+            let problem = match &run.before_failed {
+                Some(c) => Some(verify::EnvironmentProblem {
+                    why: format!(
+                        "`{c}`, which set-up runs in every checkout before the tests (the \
+                         installer runs the project's own `prepare` there), failed"
+                    ),
+                    lines: run
+                        .output
+                        .lines()
+                        .rev()
+                        .take(3)
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect(),
+                    hint: "The code was not touched: make the project's `prepare` script \
+                           work in a fresh checkout with `node_modules` read-only and no \
+                           network, or declare the set-up in `[setup]` of \
+                           `.github/agent.toml` (`git agent doctor --run` shows what a run \
+                           sees)."
+                        .into(),
+                }),
+                None => verify::environment_problem(
+                    cmd,
+                    run.obs.exit_code,
+                    &run.output,
+                    run.obs.report.as_ref(),
+                ),
+            };
             if let Some(p) = &problem {
                 // Not a bug to fix: stop before the first model turn and say what was seen.
                 run.line.result = format!("could not run: {}", p.why);

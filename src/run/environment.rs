@@ -269,6 +269,7 @@ async fn ensure_in(
             env,
             python_packages: plan.python_packages.clone(),
             sources: plan.sources.clone(),
+            before_tests: plan.before_tests.clone(),
             runs: vec![run],
         }),
         held,

@@ -184,6 +184,9 @@ pub struct SetupRecord {
     /// Where each ecosystem's test dependencies came from (issue 39).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
+    /// Commands every checkout runs before its tests (npm's root `prepare`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before_tests: Vec<String>,
     /// Each time set-up was asked for: the first before the baseline, then after a change
     /// to a manifest or lockfile.
     pub runs: Vec<SetupRun>,

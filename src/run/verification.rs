@@ -75,6 +75,9 @@ pub(super) struct TestRun {
     pub(super) decision: Decision,
     /// stdout then stderr, as captured (not redacted: it stays in the process).
     pub(super) output: String,
+    /// A command set-up runs in every checkout before the tests failed there (its text):
+    /// the tests did not run.
+    pub(super) before_failed: Option<String>,
 }
 
 impl TestRun {
@@ -199,11 +202,45 @@ async fn run_tests_at(
     let since = std::time::SystemTime::now();
     let timeout =
         Duration::from_secs(u64::from(svc.config.settings.verify.timeout_minutes.max(1)) * 60);
-    let out = executor
-        .run(ExecRequest::shell(cmd.command.clone()).timeout(timeout))
-        .instrument(tracing::debug_span!("test_command"))
-        .await?;
-    let mut text = out.stdout.to_text_lossy();
+    let before = led
+        .rec
+        .setup
+        .as_ref()
+        .map(|s| s.before_tests.clone())
+        .unwrap_or_default();
+    let mut before_failed = None;
+    let mut out = None;
+    for c in &before {
+        let o = executor
+            .run(ExecRequest::shell(c.clone()).timeout(timeout))
+            .instrument(tracing::debug_span!("before_tests"))
+            .await?;
+        led.audit(
+            Kind::Verify,
+            json!({"when": "before the tests", "command": c, "status": o.status, "duration_ms": o.duration.as_millis() as u64}),
+        )?;
+        if !matches!(o.status, Termination::Exited(0)) {
+            before_failed = Some(c.clone());
+            out = Some(o);
+            break;
+        }
+    }
+    let out = match out {
+        Some(o) => o,
+        None => {
+            executor
+                .run(ExecRequest::shell(cmd.command.clone()).timeout(timeout))
+                .instrument(tracing::debug_span!("test_command"))
+                .await?
+        }
+    };
+    let mut text = match &before_failed {
+        Some(c) => format!(
+            "`{c}`, which set-up runs in every checkout before the tests, failed; the tests did not run:\n"
+        ),
+        None => String::new(),
+    };
+    text.push_str(&out.stdout.to_text_lossy());
     let err = out.stderr.to_text_lossy();
     if !err.is_empty() {
         text.push('\n');
@@ -293,6 +330,7 @@ async fn run_tests_at(
         line,
         decision,
         output: text,
+        before_failed,
     })
 }
 

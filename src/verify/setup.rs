@@ -69,6 +69,12 @@ pub struct SetupPlan {
     /// `doctor` and the report).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
+    /// Commands every checkout runs before its tests, in the view like the tests: what the
+    /// project's installer runs in the project itself (npm's root `prepare`, which builds
+    /// ignored files such as `dist/` from the checkout's own code). Built where the tests
+    /// run, never carried over from the base: a build of the base's code would test that.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before_tests: Vec<String>,
 }
 
 /// The plan for the project at `root` (a checkout of the base), from `cfg` and what is
@@ -133,6 +139,7 @@ fn plan_with(
         toolchains: Vec::new(),
         files: Vec::new(),
         sources: Vec::new(),
+        before_tests: Vec::new(),
     };
     let mut registries = Vec::new();
     match &cfg.commands {
@@ -670,6 +677,13 @@ fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
         )
     };
     p.commands.push(command.clone());
+    if let Some(prepare) = root_prepare(&doc, &command) {
+        p.why.push(format!(
+            "javascript: `{prepare}` in every checkout before its tests (the installer runs \
+             the project's own `prepare` there; what it builds comes from that checkout's code)"
+        ));
+        p.before_tests.push(prepare);
+    }
     p.key_files.push("package.json".into());
     if let Some(l) = lock {
         p.key_files.push(l.into());
@@ -691,6 +705,23 @@ fn javascript(root: &Path, p: &mut SetupPlan) -> Result<bool> {
         lock.map_or("no lockfile".to_string(), |l| format!("from {l}"))
     ));
     Ok(true)
+}
+
+/// The project's own `prepare` script, as the installer `install` runs it in the project
+/// (npm, pnpm and classic yarn run it after installing; yarn 2+ does not): the command that
+/// runs it by name, so its text comes from `package.json` at the time it runs.
+fn root_prepare(doc: &serde_json::Value, install: &str) -> Option<String> {
+    doc.get("scripts")?.get("prepare")?.as_str()?;
+    let manager = if install.starts_with("npm ") {
+        "npm"
+    } else if install.contains("pnpm") {
+        "pnpm"
+    } else if install.contains("yarn") && install.ends_with("--frozen-lockfile") {
+        "yarn"
+    } else {
+        return None;
+    };
+    Some(format!("{manager} run prepare"))
 }
 
 /// The package manager `package.json` pins (`"packageManager": "pnpm@9.12.3+sha512.…"`):
@@ -1300,6 +1331,31 @@ mod tests {
             ]),
             expect("@yarnpkg/cli-dist@4.5.0", "yarn install --immutable")
         );
+    }
+
+    #[test]
+    fn the_root_prepare_runs_before_the_tests_where_the_installer_runs_it() {
+        let pkg = serde_json::json!({"scripts": {"prepare": "tsc", "test": "node --test"}});
+        let npm = root_prepare(&pkg, "npm ci --no-audit --no-fund");
+        assert_eq!(npm.as_deref(), Some("npm run prepare"));
+        let pnpm = root_prepare(
+            &pkg,
+            "\"$GIT_AGENT_ENV/pm/node_modules/.bin/pnpm\" install --frozen-lockfile",
+        );
+        assert_eq!(pnpm.as_deref(), Some("pnpm run prepare"));
+        let yarn = root_prepare(
+            &pkg,
+            "\"$GIT_AGENT_ENV/pm/node_modules/.bin/yarn\" install --frozen-lockfile",
+        );
+        assert_eq!(yarn.as_deref(), Some("yarn run prepare"));
+        // Yarn 2 and later never run the project's own `prepare` on install.
+        let berry = root_prepare(
+            &pkg,
+            "\"$GIT_AGENT_ENV/pm/node_modules/.bin/yarn\" install --immutable",
+        );
+        assert_eq!(berry, None);
+        let none = serde_json::json!({"scripts": {"test": "node --test"}});
+        assert_eq!(root_prepare(&none, "npm ci --no-audit --no-fund"), None);
     }
 
     #[test]

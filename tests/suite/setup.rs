@@ -638,6 +638,74 @@ fn a_pnpm_lockfile_installs_with_pnpm_from_npm() {
     );
 }
 
+/// A JavaScript project whose own `prepare` script builds what its tests load into an
+/// ignored `dist/` (koa builds its ESM entry so), with `build` as the build step.
+fn prepared_js(build: &str) -> Fixture {
+    let f = Fixture::new("js-dep");
+    let repo = f.repo();
+    let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
+    let pkg = pkg.replace(
+        "\"test\": \"node --test\"",
+        "\"test\": \"node --test\",\n    \"prepare\": \"node build.js\"",
+    );
+    std::fs::write(repo.join("package.json"), pkg).unwrap();
+    std::fs::write(repo.join("build.js"), build).unwrap();
+    let test = std::fs::read_to_string(repo.join("test/calc.test.js")).unwrap();
+    std::fs::write(
+        repo.join("test/calc.test.js"),
+        test.replace("require(\"../calc.js\")", "require(\"../dist/calc.js\")"),
+    )
+    .unwrap();
+    std::fs::write(repo.join(".gitignore"), "node_modules/\ndist/\n").unwrap();
+    super::common::git(&repo, &["add", "-A"]);
+    super::common::git(&repo, &["commit", "-qm", "build dist in prepare"]);
+    f
+}
+
+/// What the fixture's build does: `dist/calc.js` is `calc.js` as the checkout has it.
+const BUILD_DIST: &str = "const fs = require('fs');\n\
+fs.mkdirSync('dist', { recursive: true });\n\
+fs.writeFileSync('dist/calc.js', '// built\\n' + fs.readFileSync('calc.js', 'utf8'));\n";
+
+/// Issue 39: npm runs a project's own `prepare` when it installs in the project; set-up
+/// installs in a checkout of its own, so what `prepare` builds (an ignored `dist/`) was in
+/// no worktree and the tests that load it failed at every base (koa's ESM tests). Set-up
+/// now runs it in every checkout before the tests, from that checkout's code: the fix to
+/// `calc.js` reaches `dist/` only that way, so a `dist/` carried from the base would fail.
+#[test]
+fn the_projects_prepare_builds_in_every_checkout_from_its_own_code() {
+    let f = prepared_js(BUILD_DIST);
+    let (code, json) = fix_add_js(&f);
+    let rec = record(&f, &json);
+    assert_eq!(code, Some(0), "{rec}");
+    assert_eq!(json["state"], "succeeded", "{json}");
+    assert_eq!(
+        rec["setup"]["before_tests"],
+        json!(["npm run prepare"]),
+        "{rec}"
+    );
+    let baseline = rec["verification"][0]["result"].as_str().unwrap();
+    assert!(baseline.contains("add adds two numbers"), "{baseline}");
+}
+
+/// A `prepare` that works where set-up installs but not in a checkout (it writes into
+/// `node_modules`, which every checkout sees read-only) stops the run before any model turn,
+/// naming the command, as an environment failure.
+#[test]
+fn a_prepare_that_fails_in_the_checkout_is_an_environment_failure() {
+    let f = prepared_js(&format!(
+        "{BUILD_DIST}fs.mkdirSync('node_modules/.cache', {{ recursive: true }});\n\
+         fs.writeFileSync('node_modules/.cache/built', 'x');\n"
+    ));
+    let (code, json) = fix_add_js(&f);
+    let rec = record(&f, &json);
+    assert_ne!(code, Some(0), "{rec}");
+    assert_eq!(json["state"], "environment_failed", "{json}");
+    let notes = rec["notes"].to_string();
+    assert!(notes.contains("`npm run prepare`"), "{notes}");
+    assert!(rec["turns"].as_array().is_none_or(Vec::is_empty), "{rec}");
+}
+
 /// Issue 39 point 8: a project with no packaging metadata whose only declaration is a
 /// `requirements-dev.txt` (here with a package the tests import): nothing test-specific
 /// exists, so set-up installs the dev file, and the fix verifies by detection alone.
