@@ -16,6 +16,12 @@
 //! first replay sets the project up, later ones reuse it when the base's key matches.
 //! The `git-agent` binary is the one beside this program. `REPLAY_KEEP=DIR` keeps each
 //! run's record and report there.
+//!
+//! A fix that modifies an existing test file changes what the project's tests assert: its
+//! plan says so (`changes_tests`, as a planner asked to change tested behaviour would), and
+//! the agent waits for a person to approve those test files' content. The replay then
+//! approves as that person (`git agent resume --approve`) and counts the fix apart:
+//! verified by detection alone, or verified once a person approved the changed tests.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::BTreeMap;
@@ -164,9 +170,10 @@ fn script(repo: &Path, sha: &str, control: bool) -> Result<(String, Vec<String>)
     } else {
         ch.iter().map(|(_, p)| p.clone()).collect()
     };
+    let changes_tests = !control && ch.iter().any(|(st, p)| st == "M" && is_test(p));
     let mut lines = vec![
         json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
-        "steps": [{"title": "Apply the fix", "files": files}]}}]}),
+        "steps": [{"title": "Apply the fix", "files": files, "changes_tests": changes_tests}]}}]}),
     ];
     for p in &files {
         let content = if control {
@@ -231,7 +238,25 @@ fn replay(
     })?;
     let run = json["run_id"].as_str().context("no run id")?;
     let run_dir = dir.join(".git/agent/runs").join(run);
-    let rec: Value = serde_json::from_slice(&std::fs::read(run_dir.join("record.json"))?)?;
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(run_dir.join("record.json"))?)?;
+    // The person who asked approves the test files the fix changes on purpose, and only
+    // those: any other pending request stays unanswered.
+    let pending =
+        rec["pending_approval"]["approval"]["request"]["tool"].as_str() == Some("test_change");
+    let approved = rec["state"] == "awaiting_approval" && pending;
+    if approved {
+        let out = Command::new(agent)
+            .args(["resume", run, "--approve", "--json", "--model"])
+            .arg(format!("scripted:{}", script_path.display()))
+            .arg("--repo")
+            .arg(&dir)
+            .env("XDG_STATE_HOME", state)
+            .output()?;
+        if !out.status.success() && out.stdout.is_empty() {
+            bail!("git agent resume: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        rec = serde_json::from_slice(&std::fs::read(run_dir.join("record.json"))?)?;
+    }
     let report = std::fs::read_to_string(run_dir.join("pr.md")).unwrap_or_default();
     // Verified, or verified with failures the base already had listed beside it.
     let preexisting = report.contains("pass except failures judged pre-existing");
@@ -255,6 +280,7 @@ fn replay(
         "subject": subject.trim(),
         "state": rec["state"],
         "verified": verified,
+        "approved_tests": approved,
         "preexisting": preexisting,
         "seconds": (secs * 10.0).round() / 10.0,
         "setup_cached": rec["setup"]["runs"][0]["cached"],
@@ -320,11 +346,16 @@ fn main() -> Result<()> {
     let control = replay(&agent, &repo, tmp.path(), &state, &shas[0], true)?;
     eprintln!("control: {control}");
     let verified = results.iter().filter(|r| r["verified"] == true).count();
+    let alone = results
+        .iter()
+        .filter(|r| r["verified"] == true && r["approved_tests"] == false)
+        .count();
     println!(
-        "{}: {verified}/{} verified ({:.0}%); control (comment only) verified: {}; skipped by the rule: {skipped:?}",
+        "{}: {verified}/{} verified ({:.0}%; {alone} by detection alone, {} once a person approved the tests they change); control (comment only) verified: {}; skipped by the rule: {skipped:?}",
         repo.display(),
         results.len(),
         100.0 * verified as f64 / results.len() as f64,
+        verified - alone,
         control["verified"]
     );
     println!(
