@@ -46,6 +46,13 @@ const SIGNS: &[Sign] = &[
         pattern: r"(?i)(?:command not found|: not found$|: No such file or directory$|exec: .*: not found)",
         why: "the test command's program was not found",
     },
+    // pytest exits 4 before any test when its command line, or the `addopts` of its
+    // configuration, names what it does not know: most often a plugin's option (`--cov`)
+    // with the plugin not installed.
+    Sign {
+        pattern: r"(?:^(?:ERROR: )?usage: \S*(?:pytest|py\.test)|^\S*(?:pytest|__main__\.py): error: |^ERROR: file or directory not found: )",
+        why: "pytest stopped before running any test: its command line or configuration names an option or path it does not know (a plugin the configuration uses, such as pytest-cov for `--cov`, is not installed where the tests run)",
+    },
     Sign {
         pattern: r#"Missing script: "?test"?"#,
         why: "the package has no `test` script",
@@ -123,6 +130,10 @@ pub fn environment_problem(
     }
     let (why, lines) = match (found, exit_code) {
         (Some(f), _) => f,
+        (None, Some(4)) if cmd.runner == Runner::Pytest => (
+            "pytest stopped before running any test (exit code 4: a usage error)",
+            last_lines(&text),
+        ),
         (None, Some(127)) => (
             "the test command's program was not found (exit code 127)",
             last_lines(&text),
@@ -224,6 +235,30 @@ ERROR tests/test_calc.py\n\
         let p = problem(&cargo, 101, out).unwrap();
         assert_eq!(p.why, "the crate's dependencies could not be fetched");
         assert!(problem(&cmd("foo", Runner::Other), 127, "").is_some());
+    }
+
+    /// Issue 39 point 7: pytest exits 4 (a usage error) before any test when the project's
+    /// `addopts` names a plugin's option and the plugin is missing.
+    #[test]
+    fn a_pytest_usage_error_is_the_environment() {
+        let py = cmd("python3 -m pytest", Runner::Pytest);
+        let out = "ERROR: usage: __main__.py [options] [file_or_dir] [file_or_dir] [...]\n\
+__main__.py: error: unrecognized arguments: --cov=src --cov-report=term\n  \
+inifile: /w/pyproject.toml\n  rootdir: /w\n";
+        let p = problem(&py, 4, out).unwrap();
+        assert!(
+            p.why.starts_with("pytest stopped before running any test"),
+            "{p:?}"
+        );
+        assert!(p.lines.iter().any(|l| l.contains("--cov")), "{p:?}");
+        let missing = "ERROR: file or directory not found: tests/unit\n\n";
+        assert!(problem(&py, 4, missing).is_some());
+        // Exit 4 and nothing recognisable: still no test ran.
+        let p = problem(&py, 4, "something else entirely\n").unwrap();
+        assert!(p.why.contains("exit code 4"), "{p:?}");
+        // A suite that ran and failed is never the environment.
+        let ran = "tests/test_x.py F\n=========================== short test summary info ============================\nFAILED tests/test_x.py::test_a - assert 1 == 2\n============================== 1 failed in 0.01s ===============================\n";
+        assert!(problem(&py, 1, ran).is_none());
     }
 
     /// Issue 39 point 7: the test program never reached the project because its toolchain

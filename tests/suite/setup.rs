@@ -703,7 +703,31 @@ fn a_prepare_that_fails_in_the_checkout_is_an_environment_failure() {
     assert_eq!(json["state"], "environment_failed", "{json}");
     let notes = rec["notes"].to_string();
     assert!(notes.contains("`npm run prepare`"), "{notes}");
-    assert!(rec["turns"].as_array().is_none_or(Vec::is_empty), "{rec}");
+    assert_eq!(rec["turns"], 0, "{rec}");
+}
+
+/// Issue 39 point 7: a project whose pytest configuration adds a plugin's option
+/// (`addopts = "--cov"`) with the plugin nowhere installed: pytest exits 4 before any test.
+/// That is the environment, not a bug to fix: `environment_failed` before any model turn,
+/// naming the option.
+#[test]
+fn a_pytest_that_cannot_start_is_an_environment_failure() {
+    let f = Fixture::new("python-add");
+    let cfg = f.repo().join("pyproject.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}addopts = \"--cov=calc\"\n")).unwrap();
+    super::common::git(&f.repo(), &["commit", "-qam", "coverage"]);
+    let (code, json) = fix_add(&f, "calc.py");
+    assert_eq!(code, Some(6), "{json}");
+    assert_eq!(json["state"], "environment_failed", "{json}");
+    let rec = record(&f, &json);
+    assert_eq!(rec["turns"], 0, "{rec}");
+    let line = rec["verification"].to_string();
+    assert!(
+        line.contains("pytest stopped before running any test"),
+        "{line}"
+    );
+    assert!(line.contains("--cov"), "{line}");
 }
 
 /// Issue 39 point 8: a project with no packaging metadata whose only declaration is a
