@@ -78,6 +78,8 @@ pub(super) struct TestRun {
     /// A command set-up runs in every checkout before the tests failed there (its text):
     /// the tests did not run.
     pub(super) before_failed: Option<String>,
+    /// Stopped at its time-out.
+    pub(super) timed_out: bool,
 }
 
 impl TestRun {
@@ -174,6 +176,7 @@ pub(super) async fn run_tests(
         cmd,
         check,
         &changed,
+        None,
     )
     .await?;
     attribution::observe(
@@ -189,7 +192,8 @@ pub(super) async fn run_tests(
 
 /// Run the test command once through `executor`, rooted at `root` (the worktree or a clean
 /// checkout), and read it against the record's baseline; `changed` holds the paths the run
-/// changed from the base (for telling pre-existing failures from related ones).
+/// changed from the base (for telling pre-existing failures from related ones). `limit`
+/// shortens the configured time-out (never lengthens it).
 async fn run_tests_at(
     led: &mut Ledger<'_>,
     executor: &dyn Executor,
@@ -197,11 +201,13 @@ async fn run_tests_at(
     cmd: &TestCommand,
     check: Check,
     changed: &[String],
+    limit: Option<Duration>,
 ) -> Result<TestRun> {
     let svc = led.svc;
     let since = std::time::SystemTime::now();
-    let timeout =
+    let configured =
         Duration::from_secs(u64::from(svc.config.settings.verify.timeout_minutes.max(1)) * 60);
+    let timeout = limit.map_or(configured, |l| l.min(configured));
     let before = led
         .rec
         .setup
@@ -331,6 +337,7 @@ async fn run_tests_at(
         decision,
         output: text,
         before_failed,
+        timed_out: matches!(out.status, Termination::TimedOut),
     })
 }
 
@@ -521,16 +528,13 @@ pub(super) async fn final_check(
     let env = deciding.record();
 
     // 3. A clean checkout of what would be committed.
-    let clean = run_clean(
-        led,
-        &name,
-        snapshot,
+    let where_ = Checkouts {
+        name: &name,
         cmd,
-        Check::Clean(attempt),
-        &paths,
+        changed: &paths,
         env,
-    )
-    .await?;
+    };
+    let clean = run_clean(led, &where_, snapshot, Check::Clean(attempt), None).await?;
     integrity.clean_tree = Some(clean.line.result.clone());
     integrity
         .preexisting
@@ -539,6 +543,7 @@ pub(super) async fn final_check(
     let clean_ok = clean.decision.success;
     let clean_feedback = clean.feedback();
     let clean_obs = clean.obs.clone();
+    let clean_took = Duration::from_millis(clean.line.duration_ms);
     led.rec.verification.push(clean.line);
     if !clean_ok {
         led.rec.integrity = Some(integrity);
@@ -572,16 +577,7 @@ pub(super) async fn final_check(
         let mut parts = Vec::new();
         if !held_out.is_empty() {
             let commit = svc.repo.overlay(snapshot, base, &held_out)?;
-            let run = run_clean(
-                led,
-                &name,
-                commit,
-                cmd,
-                Check::HeldOut(attempt),
-                &paths,
-                env,
-            )
-            .await?;
+            let run = run_clean(led, &where_, commit, Check::HeldOut(attempt), None).await?;
             ok = run.decision.success;
             parts.push(format!(
                 "{} (test files as in the base: {})",
@@ -714,15 +710,29 @@ pub(super) async fn final_check(
             });
         } else {
             let commit = svc.repo.overlay(base, snapshot, &test_paths)?;
-            let run =
-                run_clean(led, &name, commit, cmd, Check::OnBase(attempt), &paths, env).await?;
+            // The base's code may hang on the run's tests (a fix for a hang or a leak): the
+            // same tests just finished with the change, so a few times that is long enough.
+            let limit = on_base_limit(clean_took);
+            let run = run_clean(led, &where_, commit, Check::OnBase(attempt), Some(limit)).await?;
             let failing_on_base: Vec<String> = new_tests
                 .iter()
                 .filter(|n| fails_for_real(run.obs.report.as_ref(), n))
                 .cloned()
                 .collect();
+            let hung = run.timed_out;
             led.rec.verification.push(run.line);
-            if failing_on_base.is_empty() {
+            if failing_on_base.is_empty() && hung {
+                // A test that never finishes on the base's code and passes with the change
+                // shows the problem as a failing one does.
+                integrity.reproduced = true;
+                integrity.reproduction = Some(format!(
+                    "the run's tests ({}) do not finish on the base code: stopped after {} s \
+                     (with the change they all ran in {} s)",
+                    quoted(&new_tests),
+                    limit.as_secs(),
+                    clean_took.as_secs()
+                ));
+            } else if failing_on_base.is_empty() {
                 integrity.reproduction = Some(format!(
                     "none: the new tests ({}) do not fail on the base code by a named failure (they pass, are skipped, or cannot import there), so they do not show the problem",
                     quoted(&new_tests)
@@ -754,21 +764,50 @@ pub(super) async fn final_check(
     })
 }
 
-/// Check `commit` out afresh as `name`, run the tests there in the deciding environment
-/// `env` and remove the checkout.
+/// What every deciding checkout of one attempt shares: its name, the test command, the
+/// paths the run changed and the deciding environment.
+#[derive(Clone, Copy)]
+struct Checkouts<'a> {
+    name: &'a str,
+    cmd: &'a TestCommand,
+    changed: &'a [String],
+    env: Option<&'a super::record::SetupRecord>,
+}
+
+/// How long the run's tests may take on the base's code: three times what they took with
+/// the change, and never less than half a minute (a suite's start-up varies).
+fn on_base_limit(with_change: Duration) -> Duration {
+    (with_change * 3).max(Duration::from_secs(30))
+}
+
+/// Check `commit` out afresh as `at.name`, run the tests there in the deciding environment
+/// `at.env` and remove the checkout; `limit` shortens the time-out.
 async fn run_clean(
     led: &mut Ledger<'_>,
-    name: &str,
+    at: &Checkouts<'_>,
     commit: gix::ObjectId,
-    cmd: &TestCommand,
     check: Check,
-    changed: &[String],
-    env: Option<&super::record::SetupRecord>,
+    limit: Option<Duration>,
 ) -> Result<TestRun> {
+    let Checkouts {
+        name,
+        cmd,
+        changed,
+        env,
+    } = *at;
     let svc = led.svc;
     let tree = svc.repo.clean_checkout(name, commit)?;
     let executor = setup::executor_at(led, &tree, env)?;
-    let run = run_tests_at(led, executor.as_ref(), tree.path(), cmd, check, changed).await;
+    let run = run_tests_at(
+        led,
+        executor.as_ref(),
+        tree.path(),
+        cmd,
+        check,
+        changed,
+        limit,
+    )
+    .await;
     drop(executor);
     if let Err(e) = tree.remove() {
         tracing::warn!(error = %e, "cannot remove a clean checkout");

@@ -399,6 +399,56 @@ fn a_reproduction_test_makes_it_verified() {
     assert!(report.contains("| attempt 1, held-out tests |"), "{report}");
 }
 
+/// A fix for a hang: the run's new test never finishes on the base's code. The run on the
+/// base stops at a few times what the tests took with the change (not the configured
+/// quarter of an hour), and a test that hangs there shows the problem as a failing one
+/// does (issue 39: koa's fix for a stream leak, whose test waits forever on the base).
+#[test]
+fn a_test_that_hangs_on_the_base_shows_the_problem_and_is_stopped_early() {
+    let f = passing_base();
+    let repo = f.repo();
+    let calc = std::fs::read_to_string(repo.join("calc.py"))
+        .unwrap()
+        .replace(
+            "def mul(a, b):\n    return a + b",
+            "def mul(a, b):\n    while b != 0:\n        a, b = a, b - 1\n    return a",
+        );
+    std::fs::write(repo.join("calc.py"), calc).unwrap();
+    commit_all(&repo, "mul loops on a negative factor");
+    let test =
+        "\n\ndef test_mul_negative():\n    from calc import mul\n    assert mul(2, -3) == -6\n";
+    let script = f.script(&[
+        plan(&["calc.py", "tests/test_calc.py"]),
+        edit(
+            "tests/test_calc.py",
+            "    assert sub(5, 3) == 2\n",
+            &format!("    assert sub(5, 3) == 2\n{test}"),
+        ),
+        edit(
+            "calc.py",
+            "    while b != 0:\n        a, b = a, b - 1\n    return a",
+            "    return a * b",
+        ),
+        finish(),
+    ]);
+    let started = std::time::Instant::now();
+    let (code, json) = f.fix(&script, &["fix mul"], &[]);
+    let took = started.elapsed();
+    assert_eq!(code, Some(0), "{json}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("verified by the project's tests"),
+        "{report}"
+    );
+    assert!(
+        report.contains("do not finish on the base code: stopped after 30 s"),
+        "{report}"
+    );
+    assert!(report.contains("test_mul_negative"), "{report}");
+    // Not the configured 15-minute time-out.
+    assert!(took < std::time::Duration::from_secs(300), "{took:?}");
+}
+
 /// The cases that held before this contract still hold: a skipped, xfailed or deleted
 /// failing test is no fix (the baseline's failing test did not pass), and the report says
 /// how the test file changed.
