@@ -1215,8 +1215,9 @@ enum TestFile {
 }
 
 /// Whether `c` is a test file: by the runners' naming conventions, because the baseline's
-/// results name a test in it (a `checks.py` a project's `python_files` collects), or, for a
-/// Rust source file, because its base version holds tests.
+/// results name a test defined in it (a `checks.py` a project's `python_files` collects),
+/// or, for a Rust source file whose base version holds tests and a Python module whose
+/// doctests the baseline ran, partly (its test parts compared).
 fn test_file(c: &ChangedBlob, baseline: Option<&verify::TestReport>) -> TestFile {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     if c.path.ends_with(".rs")
@@ -1227,6 +1228,18 @@ fn test_file(c: &ChangedBlob, baseline: Option<&verify::TestReport>) -> TestFile
         let new = (c.status != FileStatus::Deleted)
             .then(|| verify::rust_test_code(&text(&c.new)).unwrap_or_default());
         return TestFile::Mixed(verify::test_change(Some(&old), new.as_deref()));
+    }
+    // A source module whose doctests the runner collects (issue 40): its examples are
+    // compared, the module is not put back (that would undo the fix).
+    if c.path.ends_with(".py")
+        && !verify::is_test_path(&c.path)
+        && c.status != FileStatus::Added
+        && baseline.is_some_and(|r| verify::names_doctest(r, &c.path))
+        && let Some(old) = verify::python_doctests(&text(&c.old))
+    {
+        let new = (c.status != FileStatus::Deleted)
+            .then(|| verify::python_doctests(&text(&c.new)).unwrap_or_default());
+        return TestFile::Mixed(verify::doctest_change(&old, new.as_deref()));
     }
     if verify::is_test_path(&c.path)
         || baseline.is_some_and(|r| verify::named_by_results(r, &c.path))

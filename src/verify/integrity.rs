@@ -72,28 +72,145 @@ pub fn is_test_path(rela: &str) -> bool {
 /// `rela::…`, a jest/ava `rela › …` or vitest `rela > …` name, a cargo `binary(rela)::…`, a
 /// unittest id `package.module.…` of `rela`. Whatever a project's runner collects from a
 /// file is a test file, whatever its name.
+///
+/// Only a test *defined* in the file counts (issue 40): a doctest the runner collects from a
+/// source module's docstrings (pytest's `--doctest-modules` id `calc.py::calc.add`, a
+/// unittest `DocTestSuite` id `calc.add`) names that module without making it a test file —
+/// see [`names_doctest`] and [`python_doctests`].
 pub fn named_by_results(report: &TestReport, rela: &str) -> bool {
-    let dotted = rela
-        .strip_suffix(".py")
-        .map(|m| format!("{}.", m.trim_end_matches("/__init__").replace('/', ".")));
-    let names = |n: &String| {
-        [
-            format!("{rela}::"),
-            format!("{rela} › "),
-            format!("{rela} > "),
-        ]
-        .iter()
-        .any(|p| n.starts_with(p.as_str()))
-            || n.contains(&format!("({rela})::"))
-            || (report.format == Format::Unittest
-                && dotted.as_ref().is_some_and(|d| n.starts_with(d.as_str())))
-    };
+    all_names(report).any(|n| names_in(report, rela, n) == Some(Named::Test))
+}
+
+/// Whether the results name a doctest collected from the Python source file `rela`.
+pub fn names_doctest(report: &TestReport, rela: &str) -> bool {
+    all_names(report).any(|n| names_in(report, rela, n) == Some(Named::Doctest))
+}
+
+fn all_names(report: &TestReport) -> impl Iterator<Item = &String> {
     report
         .passed
         .iter()
         .chain(&report.failed)
         .chain(&report.skipped)
-        .any(names)
+}
+
+/// What a result's name says about the file `rela`.
+#[derive(Debug, PartialEq, Eq)]
+enum Named {
+    /// A test defined in it.
+    Test,
+    /// A doctest from its docstrings.
+    Doctest,
+}
+
+fn names_in(report: &TestReport, rela: &str, n: &str) -> Option<Named> {
+    let item = [
+        format!("{rela}::"),
+        format!("{rela} › "),
+        format!("{rela} > "),
+    ]
+    .iter()
+    .find_map(|p| {
+        n.strip_prefix(p.as_str())
+            .map(|rest| (p.ends_with("::"), rest))
+    });
+    if let Some((pytest_like, rest)) = item {
+        // pytest names a test `file::test_x[…]` or `file::Class::test_x`; a doctest item is
+        // named by the dotted path of what holds it (`file::pkg.mod.func`).
+        let first = rest.split("::").next().unwrap_or(rest);
+        let first = first.split('[').next().unwrap_or(first);
+        return Some(
+            if pytest_like && rela.ends_with(".py") && first.contains('.') {
+                Named::Doctest
+            } else {
+                Named::Test
+            },
+        );
+    }
+    if n.contains(&format!("({rela})::")) {
+        return Some(Named::Test);
+    }
+    if report.format != Format::Unittest {
+        return None;
+    }
+    let dotted = rela
+        .strip_suffix(".py")
+        .map(|m| format!("{}.", m.trim_end_matches("/__init__").replace('/', ".")))?;
+    let rest = n.strip_prefix(dotted.as_str())?;
+    // unittest's loader collects methods named `test…` (`testMethodPrefix`); a
+    // `DocTestSuite` case is named after the function whose docstring holds it.
+    let last = rest.rsplit('.').next().unwrap_or(rest);
+    Some(if last.starts_with("test") {
+        Named::Test
+    } else {
+        Named::Doctest
+    })
+}
+
+/// The doctest examples in a Python source file's text, one line each (`>>> source` with its
+/// continuation lines, then `=> expected output`), in order; `None` when it holds none. A
+/// module whose docstrings the runner collects mixes code and tests, like a Rust file with a
+/// test module: its examples are compared ([`doctest_change`]), the file is not put back.
+pub fn python_doctests(text: &str) -> Option<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut current: Option<(String, Vec<String>)> = None;
+    let flush = |c: &mut Option<(String, Vec<String>)>, out: &mut Vec<String>| {
+        if let Some((src, want)) = c.take() {
+            out.push(format!("{src} => {}", want.join("\\n")));
+        }
+    };
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(src) = t.strip_prefix(">>>") {
+            flush(&mut current, &mut out);
+            current = Some((format!(">>> {}", src.trim()), Vec::new()));
+        } else if let Some((src, want)) = current.as_mut() {
+            if let Some(more) = t.strip_prefix("...").filter(|_| want.is_empty()) {
+                src.push_str(" ... ");
+                src.push_str(more.trim());
+            } else if t.is_empty() || t.starts_with("\"\"\"") || t.starts_with("'''") {
+                flush(&mut current, &mut out);
+            } else {
+                want.push(
+                    t.trim_end_matches("\"\"\"")
+                        .trim_end_matches("'''")
+                        .to_string(),
+                );
+            }
+        }
+    }
+    flush(&mut current, &mut out);
+    (!out.is_empty()).then(|| out.join("\n"))
+}
+
+/// What happened to a module's doctest examples ([`python_doctests`] of each side): examples
+/// removed or changed (a changed expected output is a changed assertion) and skip
+/// directives added; empty when nothing of note changed. New examples are fine.
+pub fn doctest_change(old: &str, new: Option<&str>) -> Vec<String> {
+    let Some(new) = new else {
+        return vec!["deleted".to_string()];
+    };
+    let lines = |t: &str| -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for l in t.lines() {
+            *m.entry(l.to_string()).or_insert(0) += 1;
+        }
+        m
+    };
+    let (a, b) = (lines(old), lines(new));
+    let gone: usize = a
+        .iter()
+        .map(|(l, n)| n.saturating_sub(b.get(l).copied().unwrap_or(0)))
+        .sum();
+    let mut how = Vec::new();
+    if gone > 0 {
+        how.push(format!("{gone} doctest example(s) removed or changed"));
+    }
+    let skips = |t: &str| t.matches("doctest: +SKIP").count();
+    if skips(new) > skips(old) {
+        how.push("doctest skip directive added".into());
+    }
+    how
 }
 
 static RUST_TEST_ATTR: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -412,6 +529,74 @@ mod tests {
         let ut = report(Format::Unittest, &["app.checks.CalcTest.test_add"]);
         assert!(named_by_results(&ut, "app/checks.py"));
         assert!(!named_by_results(&ut, "app/check.py"));
+    }
+
+    /// Issue 40 point 5: a doctest the runner collects from a source module does not make
+    /// that module a test file (its held-out version would undo the fix); a test defined in
+    /// a file still does.
+    #[test]
+    fn a_doctest_names_its_module_without_making_it_a_test_file() {
+        let report = |format: Format, names: &[&str]| TestReport {
+            format,
+            names: crate::verify::Names::Full,
+            counts: crate::verify::Counts::default(),
+            passed: names.iter().map(|n| (*n).to_owned()).collect(),
+            failed: Default::default(),
+            skipped: Default::default(),
+            details: Default::default(),
+        };
+        let ut = report(
+            Format::Unittest,
+            &[
+                "calc.add",
+                "pkg.mod.Parser.parse",
+                "test_calc.CalcTest.test_sub",
+            ],
+        );
+        assert!(!named_by_results(&ut, "calc.py"));
+        assert!(names_doctest(&ut, "calc.py"));
+        assert!(names_doctest(&ut, "pkg/mod.py"));
+        assert!(named_by_results(&ut, "test_calc.py"));
+        let py = report(
+            Format::Pytest,
+            &[
+                "src/calc.py::calc.add",
+                "checks.py::test_x[a.b]",
+                "checks.py::T::test_y",
+            ],
+        );
+        assert!(!named_by_results(&py, "src/calc.py"));
+        assert!(names_doctest(&py, "src/calc.py"));
+        assert!(named_by_results(&py, "checks.py"));
+        assert!(!names_doctest(&py, "checks.py"));
+    }
+
+    #[test]
+    fn doctest_examples_are_compared_not_the_file() {
+        let base = "def add(a, b):\n    \"\"\"Add.\n\n    >>> add(2, 3)\n    5\n    >>> add(\n    ...     1, 1)\n    2\n    \"\"\"\n    return a - b\n";
+        let ex = python_doctests(base).unwrap();
+        assert_eq!(ex, ">>> add(2, 3) => 5\n>>> add( ... 1, 1) => 2");
+        // The fix changes the code only: nothing of note.
+        let fixed = base.replace("return a - b", "return a + b");
+        assert!(doctest_change(&ex, python_doctests(&fixed).as_deref()).is_empty());
+        // A new example beside the old ones is fine.
+        let more = base.replace(
+            "    2\n    \"\"\"",
+            "    2\n    >>> add(0, 0)\n    0\n    \"\"\"",
+        );
+        assert!(doctest_change(&ex, python_doctests(&more).as_deref()).is_empty());
+        // The expected output made to fit the bug, or the example skipped: weakened.
+        let weak = base.replace("    5\n", "    -1\n");
+        assert_eq!(
+            doctest_change(&ex, python_doctests(&weak).as_deref()),
+            ["1 doctest example(s) removed or changed"]
+        );
+        let skip = base.replace(">>> add(2, 3)", ">>> add(2, 3)  # doctest: +SKIP");
+        assert!(
+            doctest_change(&ex, python_doctests(&skip).as_deref())
+                .contains(&"doctest skip directive added".to_string())
+        );
+        assert_eq!(python_doctests("def f():\n    return 1\n"), None);
     }
 
     #[test]

@@ -1334,3 +1334,87 @@ fn a_rustup_without_a_toolchain_ends_before_any_model_turn() {
         "{line}"
     );
 }
+
+/// The doctest fixture as unittest runs it (`load_tests` adds the source module's examples),
+/// or as pytest does with `--doctest-modules`.
+fn doctest_fixture(pytest: bool) -> Fixture {
+    let f = Fixture::new("python-doctest");
+    if pytest {
+        let repo = f.repo();
+        std::fs::write(
+            repo.join("pyproject.toml"),
+            "[tool.pytest.ini_options]\naddopts = \"--doctest-modules\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            repo.join("tests/test_calc.py"),
+            "import calc\n\n\ndef test_sub():\n    assert calc.sub(5, 3) == 2\n",
+        )
+        .unwrap();
+        commit_all(&repo, "pytest with doctests");
+    }
+    f
+}
+
+/// Issue 40 point 5: a real fix to a module whose docstring examples the runner collects
+/// (unittest's `DocTestSuite` through `load_tests`; pytest's `--doctest-modules`) verifies.
+/// The doctest's name (`calc.add`, `calc.py::calc.add`) used to make `calc.py` a test file,
+/// so the held-out run put the base's `calc.py` back, undid the fix and refused it.
+#[test]
+fn a_fix_to_a_module_whose_doctests_run_is_verified() {
+    for pytest in [false, true] {
+        let f = doctest_fixture(pytest);
+        f.user_config(ONE_ATTEMPT);
+        let script = f.script(&[
+            plan(&["calc.py"]),
+            edit(
+                "calc.py",
+                "    return a - b\n\n\ndef sub",
+                "    return a + b\n\n\ndef sub",
+            ),
+            finish(),
+        ]);
+        let (code, json) = f.fix(&script, &["fix add"], &[]);
+        assert_eq!(code, Some(0), "pytest={pytest}: {json}");
+        let report = f.report(&run_id(&json));
+        assert!(
+            report.contains("verified by the project's tests"),
+            "pytest={pytest}: {report}"
+        );
+        assert!(report.contains("calc.add"), "{report}");
+    }
+}
+
+/// The other side of the same contract: making the doctest's expected output fit the bug
+/// is a changed assertion in the module's test part, and no fix.
+#[test]
+fn a_doctest_made_to_fit_the_bug_is_no_fix() {
+    for pytest in [false, true] {
+        let f = doctest_fixture(pytest);
+        f.user_config(ONE_ATTEMPT);
+        let script = f.script(&[
+            plan(&["calc.py"]),
+            edit(
+                "calc.py",
+                "    >>> add(2, 3)\n    5\n",
+                "    >>> add(2, 3)\n    -1\n",
+            ),
+            finish(),
+        ]);
+        let (code, json) = f.fix(&script, &["fix add"], &[]);
+        assert_eq!(
+            (json["state"].as_str(), code),
+            (Some("failed"), Some(1)),
+            "pytest={pytest}: {json}"
+        );
+        let report = f.report(&run_id(&json));
+        assert!(
+            report.contains("`calc.py`: 1 doctest example(s) removed or changed"),
+            "pytest={pytest}: {report}"
+        );
+        assert!(
+            !report.contains("verified by the project's tests"),
+            "{report}"
+        );
+    }
+}
