@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::environment::{self, Prepared};
 use super::error::{Error, Result};
-use super::ledger::Ledger;
+use super::ledger::{self, Ledger};
 use super::record::{PendingApproval, RunRecord, now};
 use super::report::VerifyLine;
 use super::setup::Workbench;
@@ -317,6 +317,10 @@ pub async fn resume(svc: &Services, run_id: &str, approve: bool, by: &str) -> Re
         led.rec.pending_approval = None;
         led.rec.approved_calls = pending.remaining.clone();
         led.rec.state = pending.resume_state;
+        // What the pause said is no longer so: the run goes on, and the report written at
+        // its end says again what is still uncommitted (a reviewer read "waiting" and
+        // "not committed" over a branch with the commit on it).
+        led.rec.notes.retain(|n| !ledger::describes_a_pause(n));
         led.persist()?;
     }
     led.audit(
@@ -917,8 +921,10 @@ impl<'a> Active<'a> {
                 "the change touches the test runner's configuration"
             };
             led.rec.notes.push(format!(
-                "Waiting for approval: {what} ({}). Approve with `git agent resume {} --approve`.",
-                approval.request.subject, led.rec.run_id
+                "{}: {what} ({}). Approve with `git agent resume {} --approve`.",
+                ledger::WAITING,
+                approval.request.subject,
+                led.rec.run_id
             ));
             led.rec.pending_approval = Some(PendingApproval {
                 call_id: String::new(),

@@ -14,6 +14,17 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::engine::{Outcome, RunEvent, Services};
+
+/// How the report's note on files left uncommitted begins.
+pub(super) const NOT_COMMITTED: &str = "Not committed (unverified): ";
+/// How a note on a paused run begins (`Waiting for approval to run …`, `… : the plan …`).
+pub(super) const WAITING: &str = "Waiting for approval";
+
+/// Whether a note describes the run as it stood when it paused (waiting for a person, files
+/// not committed): true then, stale once the run goes on.
+pub(super) fn describes_a_pause(note: &str) -> bool {
+    note.starts_with(WAITING) || note.starts_with(NOT_COMMITTED)
+}
 use super::error::{Error, Result};
 use super::record::{PrRef, RunRecord, files};
 use super::report::{self, CostLine};
@@ -266,7 +277,7 @@ impl<'a> Ledger<'a> {
             && !left.is_empty()
         {
             self.rec.notes.push(format!(
-                "Not committed (unverified): {}.",
+                "{NOT_COMMITTED}{}.",
                 left.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
             ));
         }

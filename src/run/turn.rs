@@ -170,8 +170,10 @@ pub(super) async fn dispatch(
             let resume_state = led.rec.state;
             led.audit(Kind::Approval, json!({"pending": approval}))?;
             led.rec.notes.push(format!(
-                "Waiting for approval to run `{}`. Approve with `git agent resume {} --approve`.",
-                approval.request.subject, led.rec.run_id
+                "{} to run `{}`. Approve with `git agent resume {} --approve`.",
+                super::ledger::WAITING,
+                approval.request.subject,
+                led.rec.run_id
             ));
             led.rec.pending_approval = Some(PendingApproval {
                 call_id: call.id.clone(),

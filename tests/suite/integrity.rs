@@ -1032,6 +1032,14 @@ fn a_new_executable_the_plan_names_waits_for_a_person() {
             .find(|l| l.ends_with(&format!("\t{path}")))
             .map(|l| l.split(' ').next().unwrap_or("").to_owned())
     };
+    // The pause's notes went with the pause: the report over the committed branch says
+    // neither "waiting" nor "not committed" for what was approved and committed.
+    let rec = std::fs::read_to_string(f.run_dir(&run_id).join("record.json")).unwrap();
+    assert!(!rec.contains("Waiting for approval"), "{rec}");
+    assert!(
+        !rec.contains("Not committed (unverified): calc.py"),
+        "{rec}"
+    );
     assert_eq!(mode("tools/check.sh").as_deref(), Some("100755"), "{tree}");
     assert_eq!(mode("tools/other.sh"), None, "{tree}");
     assert_eq!(mode("pyproject.toml").as_deref(), Some("100644"), "{tree}");
