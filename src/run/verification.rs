@@ -7,6 +7,7 @@
 //! environment check) is one more step there that can fail the verdict and say why to the
 //! model, recorded as a [`VerifyLine`] of its own [`Check`].
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::json;
@@ -697,7 +698,7 @@ pub(super) async fn final_check(
         // The run's tests: the ones it added, and the passing ones in the test files it
         // changed (a real fix often makes an existing test ask for the right behaviour).
         let mut new_tests = new_test_names(led.rec.baseline.as_ref(), &clean_obs);
-        new_tests.extend(tests_in_files(&clean_obs, &test_paths));
+        new_tests.extend(tests_in_files(&clean_obs, &test_paths, &led.rec.flaky));
         new_tests.sort();
         new_tests.dedup();
         if new_tests.is_empty() || test_paths.is_empty() {
@@ -1190,13 +1191,23 @@ fn new_test_names(baseline: Option<&Observation>, now: &Observation) -> Vec<Stri
 }
 
 /// The passing tests whose file (as the runner names it) is one of `files`.
-fn tests_in_files(now: &Observation, files: &[String]) -> Vec<String> {
+///
+/// Where the runner's names place no test in a file (node:test and mocha name a test by its
+/// suites and title), every test that passes now is a candidate, the flaky ones aside: the
+/// run on the base's code differs from the baseline only by the run's test files, so a test
+/// failing there and passing now is one those files changed (issue 39: a koa fix that made
+/// an existing assertion strict was never seen to reproduce).
+fn tests_in_files(now: &Observation, files: &[String], flaky: &BTreeSet<String>) -> Vec<String> {
     let Some(r) = now.report.as_ref() else {
         return Vec::new();
     };
+    let placed = r.passed.iter().any(|n| test_file_of(n).is_some());
     r.passed
         .iter()
-        .filter(|n| test_file_of(n).is_some_and(|f| files.iter().any(|p| p == f)))
+        .filter(|n| match test_file_of(n) {
+            Some(f) => files.iter().any(|p| p == f),
+            None => !placed && !flaky.contains(*n),
+        })
         .cloned()
         .collect()
 }

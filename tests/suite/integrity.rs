@@ -1426,3 +1426,45 @@ fn a_doctest_made_to_fit_the_bug_is_no_fix() {
         );
     }
 }
+
+/// Issue 39: node:test names a test by its title, not its file. A fix that makes an
+/// existing, too-weak assertion ask for the right answer (koa's redirect fix did) shows the
+/// problem when that test fails on the base's code — found by running the run's test files
+/// there, though no name says which file a test is in.
+#[test]
+fn a_strengthened_node_test_shows_the_problem_though_names_carry_no_file() {
+    let f = Fixture::new("js-add");
+    let repo = f.repo();
+    let test = repo.join("test/calc.test.js");
+    let weak = std::fs::read_to_string(&test).unwrap().replace(
+        "assert.strictEqual(add(2, 3), 5);",
+        "assert.strictEqual(typeof add(2, 3), 'number');",
+    );
+    std::fs::write(&test, weak).unwrap();
+    commit_all(&repo, "a weak test of add");
+    let script = f.script(&[
+        plan(&["calc.js", "test/calc.test.js"]),
+        edit(
+            "test/calc.test.js",
+            "assert.strictEqual(typeof add(2, 3), 'number');",
+            "assert.strictEqual(add(2, 3), 5);",
+        ),
+        edit(
+            "calc.js",
+            "return a - b;\n}\n\nfunction sub",
+            "return a + b;\n}\n\nfunction sub",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    let report = f.report(&run_id(&json));
+    assert!(
+        report.contains("verified by the project's tests"),
+        "{report}"
+    );
+    assert!(
+        report.contains("`add adds two numbers` fail(s) on the base code and pass(es) now"),
+        "{report}"
+    );
+}
