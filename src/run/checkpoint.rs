@@ -42,6 +42,9 @@ pub(super) const NEW_EXECUTABLE: &str = "new_executable";
 /// The tool name of approvals for test changes the plan makes on purpose (held-out check).
 pub(super) const TEST_CHANGE: &str = "test_change";
 
+/// The tool name of approvals for code that behaves differently under test (issue 40).
+pub(super) const UNDER_TEST: &str = "under_test";
+
 /// The policy at commit time: every changed path, whoever changed it (a tool, a command, the
 /// tests), is judged; refused ones are put back as in HEAD, audited, noted in the report and
 /// told to the model. What only the test command wrote is put back too
@@ -63,6 +66,7 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
     let mut asks = Vec::new();
     let mut executables = Vec::new();
     let mut setup_asks = Vec::new();
+    let mut under_test_asks = Vec::new();
     for path in wt.changed_paths()? {
         let old = led.svc.repo.read_file_at(&head, &path)?;
         let was_executable = led.svc.repo.executable_at(&head, &path)?;
@@ -83,9 +87,24 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
         // what is installed and what runs while installing (issue 38). Either decides its
         // own verification only once a person lets it (a change to what set-up reads then
         // gets a fresh set-up of the committed tree for the deciding runs).
+        // Code that asks whether it runs under a test is what the tests see, not what users
+        // run: passing tests prove nothing about it (issue 40).
+        let (old_text, new_text) = (
+            old.as_deref().map(String::from_utf8_lossy),
+            new.as_deref().map(String::from_utf8_lossy),
+        );
+        let under_test =
+            crate::verify::test_special_casing(&path, old_text.as_deref(), new_text.as_deref());
         let judged =
             match runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command) {
                 Some(why) => Some((why, "the test runner's configuration", &mut asks)),
+                None if under_test.is_some() => under_test.map(|why| {
+                    (
+                        why,
+                        "code that behaves differently under test",
+                        &mut under_test_asks,
+                    )
+                }),
                 None if led.rec.setup.is_some() => super::environment::setup_inputs(
                     led.rec.setup.as_ref(),
                     std::slice::from_ref(&path),
@@ -114,6 +133,7 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
     for (tool, lines, rules) in [
         (NEW_EXECUTABLE, &executables, Vec::new()),
         (RUNNER_CONFIG, &asks, rules.clone()),
+        (UNDER_TEST, &under_test_asks, rules.clone()),
         (SETUP_CHANGE, &setup_asks, rules),
     ] {
         if gated.pending.is_none() {

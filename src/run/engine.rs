@@ -915,10 +915,15 @@ impl<'a> Active<'a> {
             // A change to the test runner's configuration: a person approves that exact
             // content (then this check runs again) or the run waits.
             led.audit(Kind::Approval, json!({"pending": approval}))?;
-            let what = if approval.request.tool == checkpoint::TEST_CHANGE {
-                "the plan changes existing tests on purpose"
-            } else {
-                "the change touches the test runner's configuration"
+            let what = match approval.request.tool.as_str() {
+                checkpoint::TEST_CHANGE => "the plan changes existing tests on purpose",
+                checkpoint::UNDER_TEST => {
+                    "the change makes the code behave differently under test, so passing tests \
+                     do not show what users get"
+                }
+                checkpoint::SETUP_CHANGE => "the change touches what set-up reads",
+                checkpoint::NEW_EXECUTABLE => "the change adds an executable file",
+                _ => "the change touches the test runner's configuration",
             };
             led.rec.notes.push(format!(
                 "{}: {what} ({}). Approve with `git agent resume {} --approve`.",

@@ -96,6 +96,9 @@ pub struct Integrity {
     pub test_files: Vec<TestFileChange>,
     /// Runner configuration the change touched: why it counts and what became of it.
     pub runner_config: Vec<String>,
+    /// Code the change makes behave differently under test, and who let it (issue 40).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub under_test: Vec<String>,
     /// The run in a fresh checkout of what is committed (`None`: it did not run).
     pub clean_tree: Option<String>,
     /// The base revision's versions of the changed test files run against the new code, or
@@ -263,6 +266,13 @@ fn integrity_block(i: &Integrity) -> String {
         let lines: Vec<String> = i.runner_config.iter().map(|l| cell(l)).collect();
         out.push_str(&format!(
             "- Runner configuration changed: {}\n",
+            lines.join("; ")
+        ));
+    }
+    if !i.under_test.is_empty() {
+        let lines: Vec<String> = i.under_test.iter().map(|l| cell(l)).collect();
+        out.push_str(&format!(
+            "- Behaves differently under test: {}\n",
             lines.join("; ")
         ));
     }
@@ -717,6 +727,7 @@ mod tests {
                 ],
             }],
             runner_config: vec!["`conftest.py` is pytest's hooks and fixtures (approved by ada)".into()],
+            under_test: Vec::new(),
             environment: None,
             clean_tree: Some("2 passed, 0 failed; the 1 that failed before now passes; none newly failing".into()),
             held_out: Some("1 passed, 1 failed; 1 still failing; none newly failing (test files as in the base: `tests/test_calc.py`)".into()),

@@ -1270,12 +1270,6 @@ fn describe_changes(
 ) {
     let test_command = led.rec.test_command.as_deref().unwrap_or("");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let approved: Vec<&Approval> = led
-        .rec
-        .approvals
-        .iter()
-        .filter(|a| a.request.tool == checkpoint::RUNNER_CONFIG)
-        .collect();
     let baseline = led.rec.baseline.as_ref().and_then(|b| b.report.as_ref());
     for c in changed {
         let old = (c.status != FileStatus::Added).then_some(c.old.as_slice());
@@ -1292,16 +1286,18 @@ fn describe_changes(
                 how,
             }),
         }
-        if let Some(why) = runner_config_change(&c.path, old, new, test_command) {
-            // Credited to a person only for exactly this content: an approval of the path at
-            // some other content (or of another path that contains this one) is not theirs.
-            let at = format!(
-                "`{}` at {}:",
-                c.path,
-                checkpoint::approval_fingerprint(root, &c.path)
-            );
-            let by = approved
+        // Credited to a person only for exactly this content: an approval of the path at
+        // some other content (or of another path that contains this one) is not theirs.
+        let at = format!(
+            "`{}` at {}:",
+            c.path,
+            checkpoint::approval_fingerprint(root, &c.path)
+        );
+        let approved_by = |tool: &str| {
+            led.rec
+                .approvals
                 .iter()
+                .filter(|a| a.request.tool == tool)
                 .find(|a| {
                     a.request
                         .subject
@@ -1311,11 +1307,22 @@ fn describe_changes(
                 .and_then(|a| match &a.status {
                     crate::policy::ApprovalStatus::Approved { by, .. } => Some(by.clone()),
                     _ => None,
-                });
-            integrity.runner_config.push(match by {
-                Some(by) => format!("{why} (approved by {by})"),
-                None => format!("{why} (allowed by the policy)"),
-            });
+                })
+        };
+        let credited = |why: String, by: Option<String>| match by {
+            Some(by) => format!("{why} (approved by {by})"),
+            None => format!("{why} (allowed by the policy)"),
+        };
+        if let Some(why) = runner_config_change(&c.path, old, new, test_command) {
+            integrity
+                .runner_config
+                .push(credited(why, approved_by(checkpoint::RUNNER_CONFIG)));
+        } else if let Some(why) =
+            verify::test_special_casing(&c.path, old.map(text).as_deref(), new.map(text).as_deref())
+        {
+            integrity
+                .under_test
+                .push(credited(why, approved_by(checkpoint::UNDER_TEST)));
         }
     }
 }

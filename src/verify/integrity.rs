@@ -147,6 +147,89 @@ fn names_in(report: &TestReport, rela: &str, n: &str) -> Option<Named> {
     })
 }
 
+/// Ways code asks whether it runs under a test (issue 40): each a pattern over one line and
+/// what it is, for the languages it applies to (by file extension).
+const UNDER_TEST: &[(&[&str], &str, &str)] = &[
+    (&["rs"], r"cfg!\s*\(\s*test\s*\)", "`cfg!(test)`"),
+    (
+        &["rs"],
+        r"cfg\s*\(\s*not\s*\(\s*test\s*\)\s*\)",
+        "`cfg(not(test))`",
+    ),
+    (
+        &["py"],
+        r#"["'](?:pytest|_pytest|unittest)["']\s+(?:not\s+)?in\s+sys\.modules|sys\.modules\.get\(\s*["'](?:pytest|_pytest)["']"#,
+        "a check for pytest in `sys.modules`",
+    ),
+    (
+        &["py"],
+        r"PYTEST_CURRENT_TEST|PYTEST_VERSION|_called_from_test",
+        "a check for pytest's variables",
+    ),
+    (
+        &["js", "mjs", "cjs", "jsx", "ts", "mts", "cts", "tsx"],
+        r#"NODE_ENV\s*[!=]==?\s*["']test["']|["']test["']\s*[!=]==?\s*process\.env\.NODE_ENV"#,
+        "a check for `NODE_ENV` being `test`",
+    ),
+    (
+        &["js", "mjs", "cjs", "jsx", "ts", "mts", "cts", "tsx"],
+        r"JEST_WORKER_ID|process\.env\.VITEST\b|NODE_TEST_CONTEXT|process\.env\.MOCHA\b|typeof\s+(?:jest|describe|it)\s*[!=]==?",
+        "a check for the test runner",
+    ),
+    (
+        &["go"],
+        r#"testing\.Testing\(\)|flag\.Lookup\(\s*"test\.v"\s*\)"#,
+        "a check for `go test`",
+    ),
+];
+
+/// Whether a change makes production code behave differently under test (issue 40): a line
+/// the change adds to a non-test source file `rela` that asks whether it runs under a test
+/// (`cfg!(test)`, `"pytest" in sys.modules`, `process.env.NODE_ENV === 'test'`,
+/// `JEST_WORKER_ID`). Such code is what a test sees and not what users run, so passing tests
+/// prove nothing about it: a person decides. The first such line, said plainly; `None` when
+/// there is none (lines already in `old` do not count).
+pub fn test_special_casing(rela: &str, old: Option<&str>, new: Option<&str>) -> Option<String> {
+    /// A pattern compiled, with the extensions it applies to and what it is.
+    type Compiled = (&'static [&'static str], Option<Regex>, &'static str);
+    static RES: LazyLock<Vec<Compiled>> = LazyLock::new(|| {
+        UNDER_TEST
+            .iter()
+            .map(|(exts, p, what)| (*exts, Regex::new(p).ok(), *what))
+            .collect()
+    });
+    if is_test_path(rela) {
+        return None;
+    }
+    let ext = rela.rsplit_once('.').map(|(_, e)| e)?;
+    let new = new?;
+    let before: BTreeMap<&str, usize> = {
+        let mut m = BTreeMap::new();
+        for l in old.unwrap_or("").lines() {
+            *m.entry(l.trim()).or_insert(0) += 1;
+        }
+        m
+    };
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in new.lines() {
+        let t = line.trim();
+        let n = seen.entry(t).or_insert(0);
+        *n += 1;
+        if *n <= before.get(t).copied().unwrap_or(0) {
+            continue;
+        }
+        for (exts, re, what) in RES.iter() {
+            if exts.contains(&ext) && re.as_ref().is_some_and(|r| r.is_match(t)) {
+                let shown: String = t.chars().take(120).collect();
+                return Some(format!(
+                    "`{rela}` behaves differently under test ({what}: `{shown}`)"
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// The doctest examples in a Python source file's text, one line each (`>>> source` with its
 /// continuation lines, then `=> expected output`), in order; `None` when it holds none. A
 /// module whose docstrings the runner collects mixes code and tests, like a Rust file with a
@@ -569,6 +652,51 @@ mod tests {
         assert!(names_doctest(&py, "src/calc.py"));
         assert!(named_by_results(&py, "checks.py"));
         assert!(!names_doctest(&py, "checks.py"));
+    }
+
+    /// Issue 40 point 3: each way production code asks whether it runs under a test is
+    /// caught when the change adds it, in its own language only, and never in test files.
+    #[test]
+    fn code_that_asks_whether_it_runs_under_a_test_is_named() {
+        let hit = |path: &str, line: &str| test_special_casing(path, Some(""), Some(line));
+        for (path, line) in [
+            ("src/lib.rs", "    if cfg!(test) { return a + b; }"),
+            ("src/lib.rs", "#[cfg(not(test))]"),
+            ("calc.py", "    if \"pytest\" in sys.modules:"),
+            ("calc.py", "    if 'pytest' in sys.modules:"),
+            ("calc.py", "    if sys.modules.get('pytest'):"),
+            ("calc.py", "    if os.environ.get(\"PYTEST_CURRENT_TEST\"):"),
+            (
+                "lib/a.js",
+                "  if (process.env.NODE_ENV === 'test') return a + b",
+            ),
+            ("lib/a.ts", "  if ('test' == process.env.NODE_ENV) {"),
+            ("lib/a.js", "  if (process.env.JEST_WORKER_ID) {"),
+            ("lib/a.mjs", "  if (typeof jest !== 'undefined') {"),
+            ("calc.go", "\tif testing.Testing() {"),
+        ] {
+            assert!(hit(path, line).is_some(), "{path}: {line}");
+        }
+        let why = hit("calc.py", "    if \"pytest\" in sys.modules:").unwrap();
+        assert!(
+            why.starts_with("`calc.py` behaves differently under test"),
+            "{why}"
+        );
+        for (path, line) in [
+            // Another language's idiom, a test file, a line the base already had.
+            ("calc.py", "if (process.env.NODE_ENV === 'test')"),
+            ("tests/test_calc.py", "if \"pytest\" in sys.modules:"),
+            ("src/lib.rs", "#[cfg(test)]"),
+            (
+                "lib/a.js",
+                "const env = process.env.NODE_ENV || 'production'",
+            ),
+        ] {
+            assert!(hit(path, line).is_none(), "{path}: {line}");
+        }
+        let base = "if 'pytest' in sys.modules:\n    pass\n";
+        assert!(test_special_casing("c.py", Some(base), Some(&format!("{base}x = 1\n"))).is_none());
+        assert!(test_special_casing("c.py", Some(base), Some(&format!("{base}{base}"))).is_some());
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub use environment::{EnvironmentProblem, environment_problem};
 pub use error::{Error, Result};
 pub use integrity::{
     doctest_change, is_test_path, named_by_results, names_doctest, python_doctests, rust_test_code,
-    test_change,
+    test_change, test_special_casing,
 };
 pub use junit::parse_junit_xml;
 pub use parse::{Counts, Format, Names, TestReport, parse_output, strip_ansi};

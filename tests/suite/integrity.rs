@@ -1468,3 +1468,48 @@ fn a_strengthened_node_test_shows_the_problem_though_names_carry_no_file() {
         "{report}"
     );
 }
+
+/// Issue 40 point 3: a "fix" that makes the code give the right answer only under pytest
+/// passes every test there and nowhere else. It is not verified: the run waits for a person,
+/// the note says why, and once approved the integrity block names it with who let it.
+#[test]
+fn code_that_behaves_differently_under_test_waits_for_a_person() {
+    let f = Fixture::new("python-add");
+    let script = f.script(&[
+        plan(&["calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "import sys\n\n\ndef add(a, b):\n    if \"pytest\" in sys.modules:\n        return a + b\n    return a - b",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("awaiting_approval"), Some(4)),
+        "{json}"
+    );
+    assert!(json["commits"].as_array().unwrap().is_empty(), "{json}");
+    let run_id = run_id(&json);
+    let report = f.report(&run_id);
+    assert!(
+        report.contains("behave differently under test")
+            && report.contains("a check for pytest in `sys.modules`"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("verified by the project's tests"),
+        "{report}"
+    );
+    let out = f.agent(&["resume", &run_id, "--approve", "--json"], &[]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["state"], "succeeded", "{json}");
+    let report = f.report(&run_id);
+    assert!(
+        report
+            .contains("- Behaves differently under test: `calc.py` behaves differently under test")
+            && report.contains("(approved by"),
+        "{report}"
+    );
+}
