@@ -229,6 +229,7 @@ pub(super) fn new_record(
         setup: None,
         setup_run: None,
         fingerprints: Default::default(),
+        authored: Default::default(),
         flaky: Default::default(),
     };
     rec.base_ref = rec.task.base.clone();

@@ -28,6 +28,9 @@ pub mod files {
     pub const TRANSCRIPT: &str = "transcript.jsonl";
     /// The rendered pull request description.
     pub const PR: &str = "pr.md";
+    /// What stays on this machine: never mirrored to `refs/agent/runs/…` (copies of what the
+    /// model wrote, kept to undo a later rewrite by the test command).
+    pub const PRIVATE: &str = crate::workspace::PRIVATE_RUN_DIR;
 }
 
 /// A request waiting for a human.
@@ -141,6 +144,12 @@ pub struct RunRecord {
     /// the next change to it is attributed to whoever made it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fingerprints: BTreeMap<String, String>,
+    /// For each path differing from the last checkpoint that a tool or the model's command
+    /// wrote: the fingerprint of what it wrote last and who (its content is kept in the run
+    /// directory's `authored/`), so a later rewrite by the test command alone can be undone
+    /// to the model's edit rather than to the checkpoint (issue 40).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub authored: BTreeMap<String, (String, String)>,
     /// Baseline failures that passed when run again on their own: left out of decisions.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub flaky: std::collections::BTreeSet<String>,

@@ -22,7 +22,7 @@ pub use clean::CleanTree;
 pub use commit::CommitRequest;
 pub use diff::{ChangedBlob, Diff, FileDiff, FileStatus};
 pub use error::{Error, Result};
-pub use record::run_ref;
+pub use record::{PRIVATE_RUN_DIR, run_ref};
 pub use remote::Credentials;
 pub use repo::{Repo, repo_key};
 pub use worktree::{

@@ -121,6 +121,9 @@ impl Repo {
     }
 }
 
+/// The directory of a run's record that is never mirrored: what stays on this machine.
+pub const PRIVATE_RUN_DIR: &str = "private";
+
 fn collect_files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -132,6 +135,9 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> R
         let path = entry.path();
         let ft = entry.file_type().map_err(io_err("cannot stat", &path))?;
         if ft.is_dir() {
+            if dir == root && entry.file_name() == PRIVATE_RUN_DIR {
+                continue;
+            }
             collect_files(root, &path, out)?;
         } else if ft.is_file() {
             let rela = path
