@@ -35,51 +35,239 @@ const SHADOWED_MODULES: &[&str] = &[
     "pygments",
 ];
 
+/// How an entry of [`RUNNER_FILES`] matches a path.
+#[derive(Debug, Clone, Copy)]
+enum Match {
+    /// The file name exactly.
+    Name(&'static str),
+    /// The file name's beginning (`jest.config.` matches `jest.config.ts`).
+    Prefix(&'static str),
+    /// The file name's end.
+    Suffix(&'static str),
+    /// Any directory of the path with this name.
+    InDir(&'static str),
+    /// Any directory of the path ending so.
+    InDirSuffix(&'static str),
+}
+
+impl Match {
+    fn matches(self, name: &str, rela: &str) -> bool {
+        let dirs = || {
+            let mut parts: Vec<&str> = rela.split('/').collect();
+            parts.pop();
+            parts
+        };
+        match self {
+            Match::Name(n) => name == n,
+            Match::Prefix(p) => name.starts_with(p),
+            Match::Suffix(x) => name.ends_with(x),
+            Match::InDir(d) => dirs().contains(&d),
+            Match::InDirSuffix(x) => dirs().iter().any(|c| c.ends_with(x)),
+        }
+    }
+}
+
+/// Every file that is runner configuration as a whole (issue 40: one list): how it matches,
+/// what it is, and an example path, which the tests check entry by entry. Files whose runner
+/// part only their content shows (`pyproject.toml`, `package.json`, `Cargo.toml`,
+/// `setup.cfg`, `go.mod`, a `Makefile` the test command runs) are judged in
+/// [`runner_config_change`].
+const RUNNER_FILES: &[(Match, &str, &str)] = &[
+    (
+        Match::Name("conftest.py"),
+        "pytest's hooks and fixtures",
+        "tests/conftest.py",
+    ),
+    (
+        Match::Name("pytest.ini"),
+        "pytest's configuration",
+        "pytest.ini",
+    ),
+    (
+        Match::Name(".pytest.ini"),
+        "pytest's configuration",
+        ".pytest.ini",
+    ),
+    (
+        Match::Name("pytest.toml"),
+        "pytest's configuration",
+        "pytest.toml",
+    ),
+    (
+        Match::Name(".pytest.toml"),
+        "pytest's configuration",
+        ".pytest.toml",
+    ),
+    (
+        Match::Name("tox.ini"),
+        "tox's configuration (and pytest's `[pytest]`)",
+        "tox.ini",
+    ),
+    (Match::Name("noxfile.py"), "nox's sessions", "noxfile.py"),
+    (
+        Match::Name("sitecustomize.py"),
+        "a module every Python process imports",
+        "src/sitecustomize.py",
+    ),
+    (
+        Match::Name("usercustomize.py"),
+        "a module every Python process imports",
+        "usercustomize.py",
+    ),
+    (
+        Match::Suffix(".pth"),
+        "a path file Python's `site` executes at start-up",
+        "src/x.pth",
+    ),
+    (
+        Match::Name("pytest.py"),
+        "a module that shadows pytest",
+        "pytest.py",
+    ),
+    (
+        Match::Name(".npmrc"),
+        "npm's configuration (node options, the script shell)",
+        ".npmrc",
+    ),
+    (
+        Match::Name(".yarnrc"),
+        "yarn's configuration (which yarn runs)",
+        ".yarnrc",
+    ),
+    (
+        Match::Name(".yarnrc.yml"),
+        "yarn's configuration (which yarn runs)",
+        ".yarnrc.yml",
+    ),
+    (
+        Match::Name(".pnpmfile.cjs"),
+        "pnpm's install hooks",
+        ".pnpmfile.cjs",
+    ),
+    (
+        Match::Name(".pnpmfile.mjs"),
+        "pnpm's install hooks",
+        ".pnpmfile.mjs",
+    ),
+    (
+        Match::Name("bunfig.toml"),
+        "bun's configuration",
+        "bunfig.toml",
+    ),
+    (
+        Match::Name("node.config.json"),
+        "node's configuration",
+        "node.config.json",
+    ),
+    (Match::Name(".taprc"), "tap's configuration", ".taprc"),
+    (
+        Match::Prefix(".mocharc"),
+        "mocha's configuration",
+        ".mocharc.yml",
+    ),
+    (
+        Match::Prefix("jest.config."),
+        "jest's configuration",
+        "jest.config.ts",
+    ),
+    (
+        Match::Prefix("vitest.config."),
+        "vitest's configuration",
+        "vitest.config.mts",
+    ),
+    (
+        Match::Prefix("vitest.workspace."),
+        "vitest's configuration",
+        "vitest.workspace.ts",
+    ),
+    (
+        Match::Prefix("vite.config."),
+        "vite's configuration (vitest reads it)",
+        "vite.config.js",
+    ),
+    (
+        Match::Prefix("ava.config."),
+        "ava's configuration",
+        "ava.config.js",
+    ),
+    (
+        Match::Prefix("karma.conf."),
+        "karma's configuration",
+        "karma.conf.js",
+    ),
+    (
+        Match::Name("rust-toolchain"),
+        "the Rust toolchain the tests build with",
+        "rust-toolchain",
+    ),
+    (
+        Match::Name("rust-toolchain.toml"),
+        "the Rust toolchain the tests build with",
+        "rust-toolchain.toml",
+    ),
+    (
+        Match::Name("build.rs"),
+        "a Cargo build script (runs before the tests, sets cfgs)",
+        "build.rs",
+    ),
+    (
+        Match::InDir(".cargo"),
+        "Cargo's configuration (runners, flags, aliases, `[env]`)",
+        ".cargo/config.toml",
+    ),
+    (
+        Match::Suffix(".pyc"),
+        "compiled Python that is imported instead of its source",
+        "calc.pyc",
+    ),
+    (
+        Match::Suffix(".pyo"),
+        "compiled Python that is imported instead of its source",
+        "calc.pyo",
+    ),
+    (
+        Match::Suffix(".so"),
+        "a compiled extension loaded before the sources",
+        "calc.cpython-312-x86_64-linux-gnu.so",
+    ),
+    (
+        Match::Suffix(".pyd"),
+        "a compiled extension loaded before the sources",
+        "calc.pyd",
+    ),
+    (
+        Match::Suffix(".dylib"),
+        "a compiled extension loaded before the sources",
+        "libcalc.dylib",
+    ),
+    (
+        Match::InDirSuffix(".dist-info"),
+        "installed-package metadata or bytecode (entry points load pytest plugins)",
+        "x-1.0.dist-info/entry_points.txt",
+    ),
+    (
+        Match::InDirSuffix(".egg-info"),
+        "installed-package metadata or bytecode (entry points load pytest plugins)",
+        "x.egg-info/entry_points.txt",
+    ),
+    (
+        Match::InDir("__pycache__"),
+        "installed-package metadata or bytecode (entry points load pytest plugins)",
+        "__pycache__/calc.cpython-312.opt-1.cache",
+    ),
+    (
+        Match::InDir("node_modules"),
+        "installed JavaScript packages (they stand in for the runner and its assertions)",
+        "node_modules/chai/index.js",
+    ),
+];
+
 /// Files that are runner configuration as a whole, by name.
 fn whole_file(name: &str, rela: &str) -> Option<&'static str> {
-    let starts = |p: &str| name.starts_with(p);
-    Some(match name {
-        "conftest.py" => "pytest's hooks and fixtures",
-        "pytest.ini" | ".pytest.ini" | "pytest.toml" | ".pytest.toml" => "pytest's configuration",
-        ".npmrc" => "npm's configuration (node options, the script shell)",
-        ".yarnrc" | ".yarnrc.yml" => "yarn's configuration (which yarn runs)",
-        ".pnpmfile.cjs" | ".pnpmfile.mjs" => "pnpm's install hooks",
-        "bunfig.toml" => "bun's configuration",
-        "node.config.json" => "node's configuration",
-        "rust-toolchain" | "rust-toolchain.toml" => "the Rust toolchain the tests build with",
-        "tox.ini" => "tox's configuration",
-        "noxfile.py" => "nox's sessions",
-        "sitecustomize.py" | "usercustomize.py" => "a module every Python process imports",
-        "pytest.py" => "a module that shadows pytest",
-        "build.rs" => "a Cargo build script (runs before the tests)",
-        ".taprc" => "tap's configuration",
-        _ if starts(".mocharc") => "mocha's configuration",
-        _ if starts("jest.config.") => "jest's configuration",
-        _ if starts("vitest.config.") || starts("vitest.workspace.") => "vitest's configuration",
-        _ if starts("vite.config.") => "vite's configuration (vitest reads it)",
-        _ if starts("ava.config.") => "ava's configuration",
-        _ if starts("karma.conf.") => "karma's configuration",
-        _ if rela.starts_with(".cargo/") || rela.contains("/.cargo/") => {
-            "Cargo's configuration (runners, flags)"
-        }
-        // Compiled or installed code that is loaded instead of (or before) the sources.
-        _ if name.ends_with(".pyc") || name.ends_with(".pyo") => {
-            "compiled Python that is imported instead of its source"
-        }
-        _ if name.ends_with(".so") || name.ends_with(".pyd") || name.ends_with(".dylib") => {
-            "a compiled extension loaded before the sources"
-        }
-        _ if rela.split('/').any(|c| {
-            c.ends_with(".dist-info") || c.ends_with(".egg-info") || c == "__pycache__"
-        }) =>
-        {
-            "installed-package metadata or bytecode (entry points load pytest plugins)"
-        }
-        _ if rela.split('/').any(|c| c == "node_modules") => {
-            "installed JavaScript packages (they stand in for the runner and its assertions)"
-        }
-        _ => return None,
-    })
+    RUNNER_FILES
+        .iter()
+        .find(|(m, _, _)| m.matches(name, rela))
+        .map(|(_, what, _)| *what)
 }
 
 /// Why changing `rela` from `old` to `new` (`None`: absent) changes how the tests run, or
@@ -154,6 +342,9 @@ pub fn runner_config_change(
             &["tool:pytest", "pytest", "tox:tox"],
         )
         .map(|s| format!("`{rela}`: [{s}] changed (the test runner's settings)")),
+        "go.mod" => go_directives_differ(old_t.as_deref(), new_t.as_deref()).map(|d| {
+            format!("`{rela}`: the `{d}` directive changed (the Go toolchain the tests run with)")
+        }),
         "Makefile" | "makefile" | "GNUmakefile" if mentions_make(test_command) => Some(format!(
             "`{rela}` decides what `{}` runs",
             test_command.trim()
@@ -188,6 +379,20 @@ pub fn runner_config_by_name(rela: &str) -> Option<String> {
         ));
     }
     None
+}
+
+/// The first of go.mod's `go` and `toolchain` directives whose value differs (they choose,
+/// and may download, the toolchain `go test` runs with).
+fn go_directives_differ(old: Option<&str>, new: Option<&str>) -> Option<&'static str> {
+    let value = |t: Option<&str>, d: &str| -> Option<String> {
+        t?.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(d).filter(|r| r.starts_with(' ')))
+            .map(|r| r.trim().to_string())
+    };
+    ["go", "toolchain"]
+        .into_iter()
+        .find(|d| value(old, d) != value(new, d))
 }
 
 fn mentions_make(cmd: &str) -> bool {
@@ -272,6 +477,39 @@ mod tests {
             new.map(str::as_bytes),
             "python3 -m pytest",
         )
+    }
+
+    /// Issue 40 point 1: one list, and each entry of it caught by its example path, saying
+    /// what it is.
+    #[test]
+    fn every_entry_of_the_list_is_runner_configuration() {
+        for (_, what, example) in RUNNER_FILES {
+            let why = change(example, None, Some("x")).unwrap_or_else(|| panic!("{example}"));
+            assert!(why.contains(what), "{example}: {why}");
+            assert!(
+                change(example, Some("x"), None).is_some(),
+                "{example} deleted"
+            );
+        }
+    }
+
+    #[test]
+    fn a_go_toolchain_directive_is_runner_configuration() {
+        let base = "module example.com/calc\n\ngo 1.22\n\nrequire golang.org/x/text v0.14.0\n";
+        let bumped = base.replace("v0.14.0", "v0.15.0");
+        assert_eq!(change("go.mod", Some(base), Some(&bumped)), None);
+        let go = base.replace("go 1.22", "go 1.23");
+        assert!(
+            change("go.mod", Some(base), Some(&go))
+                .unwrap()
+                .contains("`go` directive")
+        );
+        let tc = format!("{base}toolchain go1.23.4\n");
+        assert!(
+            change("go.mod", Some(base), Some(&tc))
+                .unwrap()
+                .contains("`toolchain`")
+        );
     }
 
     #[test]
