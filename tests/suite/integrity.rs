@@ -1513,3 +1513,46 @@ fn code_that_behaves_differently_under_test_waits_for_a_person() {
         "{report}"
     );
 }
+
+/// Issue 40 point 2: code that patches the module under test before the tests run, without
+/// being runner configuration — a new test module whose body replaces `calc.add` at import
+/// (pytest imports every test module before running any test), or a `tests/calc.py` that
+/// shadows `calc` from the directory pytest puts first on `sys.path` — makes the failing test
+/// pass without fixing `calc.py`. The held-out run (the base's test files: neither file is
+/// there) shows it.
+#[test]
+fn patching_the_module_under_test_at_import_is_no_fix() {
+    for (path, content) in [
+        (
+            "tests/test_aa_patch.py",
+            "import calc\n\ncalc.add = lambda a, b: a + b\n\n\ndef test_patched():\n    assert calc.add(1, 1) == 2\n",
+        ),
+        (
+            "tests/calc.py",
+            "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+        ),
+    ] {
+        let f = Fixture::new("python-add");
+        f.user_config(ONE_ATTEMPT);
+        let script = f.script(&[plan(&[path]), write(path, content), finish()]);
+        let (code, json) = f.fix(&script, &["fix add"], &[]);
+        let report = f.report(&run_id(&json));
+        assert_eq!(
+            (json["state"].as_str(), code),
+            (Some("failed"), Some(1)),
+            "{path}: {report}"
+        );
+        assert!(
+            !report.contains("verified by the project's tests"),
+            "{path}: {report}"
+        );
+        let held_out = report
+            .lines()
+            .find(|l| l.starts_with("- Held-out tests"))
+            .unwrap_or_default();
+        assert!(
+            held_out.contains("still failing") || held_out.contains("newly failing"),
+            "{path}: {report}"
+        );
+    }
+}
