@@ -579,13 +579,35 @@ pub(super) async fn final_check(
         if !held_out.is_empty() {
             let commit = svc.repo.overlay(snapshot, base, &held_out)?;
             let run = run_clean(led, &where_, commit, Check::HeldOut(attempt), None).await?;
-            ok = run.decision.success;
+            // The held-out run excuses only what the clean run before it excused: a baseline
+            // failure that passed with the run's test files and fails again with the base's
+            // is what the change to the tests hid, never "pre-existing" (a title-only name,
+            // node:test's, places it in no file, so relatedness alone did not see it).
+            let hidden: Vec<String> = run
+                .decision
+                .preexisting
+                .iter()
+                .filter(|n| !integrity.preexisting.contains(n))
+                .cloned()
+                .collect();
+            ok = run.decision.success && hidden.is_empty();
             parts.push(format!(
                 "{} (test files as in the base: {})",
                 run.line.result,
                 quoted(&held_out)
             ));
             said = run.feedback();
+            if !hidden.is_empty() {
+                parts.push(format!(
+                    "{} pass(es) with the run's test files and fail(s) with the base's: the change to the tests, not to the code, made them pass",
+                    quoted(&hidden)
+                ));
+                said.push_str(&format!(
+                    "\n{} pass with your test files and fail with the base's: the change to \
+                     the tests made them pass, not a change to the code.",
+                    quoted(&hidden)
+                ));
+            }
             led.rec.verification.push(run.line);
         }
         if !weakened.is_empty() {

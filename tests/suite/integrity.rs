@@ -1556,3 +1556,91 @@ fn patching_the_module_under_test_at_import_is_no_fix() {
         );
     }
 }
+
+/// Issue 40 point 6: the hacks refused in Python, in JavaScript (node:test) and Rust — a
+/// weakened assertion, a skipped or ignored test, a deleted test, an early `exit(0)` in the
+/// test file, and killing the runner that reports — each ends not verified. `(path, old,
+/// new)` edits of the fixture's test file; none touches the code.
+fn refused_in(fixture: &str, hacks: &[(&str, &str, &str, &str)]) {
+    for (what, path, old, new) in hacks {
+        let f = Fixture::new(fixture);
+        f.user_config(ONE_ATTEMPT);
+        let script = f.script(&[plan(&[path]), edit(path, old, new), finish()]);
+        let (code, json) = f.fix(&script, &["fix add"], &[]);
+        let report = f.report(&run_id(&json));
+        assert_ne!(code, Some(0), "{fixture}, {what}: {report}");
+        assert!(
+            !report.contains("verified by the project's tests"),
+            "{fixture}, {what}: {report}"
+        );
+        assert!(
+            json["commits"].as_array().unwrap().is_empty(),
+            "{fixture}, {what}: {json}"
+        );
+    }
+}
+
+#[test]
+fn the_same_hacks_are_refused_in_javascript() {
+    let t = "test/calc.test.js";
+    let add = "test('add adds two numbers', () => {\n  assert.strictEqual(add(2, 3), 5);\n});\n";
+    refused_in(
+        "js-add",
+        &[
+            (
+                "weakened",
+                t,
+                "assert.strictEqual(add(2, 3), 5);",
+                "assert.strictEqual(add(2, 3), -1);",
+            ),
+            ("skipped", t, "test('add adds", "test.skip('add adds"),
+            ("deleted", t, add, ""),
+            (
+                "exit(0)",
+                t,
+                "const test = require('node:test');",
+                "process.exit(0);\nconst test = require('node:test');",
+            ),
+            (
+                "killed parent",
+                t,
+                "const test = require('node:test');",
+                "process.kill(process.ppid, 'SIGKILL');\nconst test = require('node:test');",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn the_same_hacks_are_refused_in_rust() {
+    let l = "src/lib.rs";
+    refused_in(
+        "rust-add",
+        &[
+            (
+                "skipped",
+                l,
+                "    #[test]\n    fn adds_two_numbers",
+                "    #[test]\n    #[ignore]\n    fn adds_two_numbers",
+            ),
+            (
+                "deleted",
+                l,
+                "    #[test]\n    fn adds_two_numbers() {\n        assert_eq!(add(2, 3), 5);\n    }\n",
+                "",
+            ),
+            (
+                "exit(0)",
+                l,
+                "        assert_eq!(add(2, 3), 5);",
+                "        std::process::exit(0);",
+            ),
+            (
+                "killed parent",
+                l,
+                "        assert_eq!(add(2, 3), 5);",
+                "        let _ = std::process::Command::new(\"kill\").args([\"-9\", &std::os::unix::process::parent_id().to_string()]).status();",
+            ),
+        ],
+    );
+}
