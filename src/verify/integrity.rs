@@ -580,11 +580,9 @@ mod tests {
         }
     }
 
-    /// Guards issue 18's attacker review: a file is a test file when the baseline's results
-    /// name a test in it, whatever its name.
-    #[test]
-    fn files_the_results_name_are_test_files() {
-        let report = |format: Format, names: &[&str]| TestReport {
+    /// A report in which `names` passed.
+    fn report(format: Format, names: &[&str]) -> TestReport {
+        TestReport {
             format,
             names: crate::verify::Names::Full,
             counts: crate::verify::Counts::default(),
@@ -592,7 +590,13 @@ mod tests {
             failed: Default::default(),
             skipped: Default::default(),
             details: Default::default(),
-        };
+        }
+    }
+
+    /// Guards issue 18's attacker review: a file is a test file when the baseline's results
+    /// name a test in it, whatever its name.
+    #[test]
+    fn files_the_results_name_are_test_files() {
         let py = report(
             Format::Pytest,
             &["checks.py::test_add", "pkg/verify.py::T::test_x[1]"],
@@ -619,15 +623,6 @@ mod tests {
     /// a file still does.
     #[test]
     fn a_doctest_names_its_module_without_making_it_a_test_file() {
-        let report = |format: Format, names: &[&str]| TestReport {
-            format,
-            names: crate::verify::Names::Full,
-            counts: crate::verify::Counts::default(),
-            passed: names.iter().map(|n| (*n).to_owned()).collect(),
-            failed: Default::default(),
-            skipped: Default::default(),
-            details: Default::default(),
-        };
         let ut = report(
             Format::Unittest,
             &[
