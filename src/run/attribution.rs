@@ -95,13 +95,7 @@ fn keep_authored(led: &Ledger<'_>, wt: &Worktree, path: &str, fp: &str) -> bool 
     if to.exists() {
         return true;
     }
-    let full = wt.path().join(path);
-    let bytes = if fp.starts_with("link:") {
-        std::fs::read_link(&full).map(|t| t.to_string_lossy().into_owned().into_bytes())
-    } else {
-        std::fs::read(&full)
-    };
-    let Ok(bytes) = bytes else {
+    let Some(bytes) = super::checkpoint::current_content(wt.path(), path) else {
         return false;
     };
     to.parent()
@@ -113,6 +107,23 @@ fn keep_authored(led: &Ledger<'_>, wt: &Worktree, path: &str, fp: &str) -> bool 
 fn restore_authored(led: &Ledger<'_>, wt: &Worktree, path: &str, fp: &str) -> Result<()> {
     let full = wt.path().join(path);
     let io = |e: std::io::Error| super::error::Error::io("cannot put back", &full, e);
+    // Written from outside the sandbox: never through a directory the tree links elsewhere.
+    let mut at = wt.path().to_path_buf();
+    for part in std::path::Path::new(path)
+        .parent()
+        .into_iter()
+        .flat_map(|p| p.components())
+    {
+        at.push(part);
+        if at
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(io(std::io::Error::other(
+                "a directory on its path is a link",
+            )));
+        }
+    }
     if full.symlink_metadata().is_ok_and(|m| m.is_dir()) {
         return Ok(());
     }
@@ -255,5 +266,17 @@ mod tests {
         exclude_test_outputs(&mut led, &bench).unwrap();
         assert!(!wt.join("value.txt").exists());
         assert_eq!(led.rec.attribution["value.txt"], "run c2");
+
+        // Putting back is done outside the sandbox: never through a directory that is a link
+        // (here to a directory outside the tree).
+        std::fs::create_dir(wt.join("sub")).unwrap();
+        std::fs::write(wt.join("sub/v.txt"), "mine\n").unwrap();
+        observe(&mut led, &bench.worktree, "edit_file c3").unwrap();
+        let (fp, _) = led.rec.authored["sub/v.txt"].clone();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::remove_dir_all(wt.join("sub")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), wt.join("sub")).unwrap();
+        assert!(restore_authored(&led, &bench.worktree, "sub/v.txt", &fp).is_err());
+        assert!(!outside.path().join("v.txt").exists());
     }
 }

@@ -179,7 +179,7 @@ fn unapproved(
 
 /// A path's content in the work tree as git would store it (a link's target for a symbolic
 /// link); `None` when it is gone.
-fn current_content(root: &std::path::Path, rela: &str) -> Option<Vec<u8>> {
+pub(super) fn current_content(root: &std::path::Path, rela: &str) -> Option<Vec<u8>> {
     let full = root.join(rela);
     let meta = std::fs::symlink_metadata(&full).ok()?;
     if meta.file_type().is_symlink() {

@@ -539,28 +539,7 @@ impl<'a> Active<'a> {
             let (led, bench) = self.parts()?;
             let mut run = verification::run_tests(led, bench, cmd, Check::Baseline).await?;
             let problem = match &run.before_failed {
-                Some(c) => Some(verify::EnvironmentProblem {
-                    why: format!(
-                        "`{c}`, which set-up runs in every checkout before the tests (the \
-                         installer runs the project's own `prepare` there), failed"
-                    ),
-                    lines: run
-                        .output
-                        .lines()
-                        .rev()
-                        .take(3)
-                        .map(String::from)
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect(),
-                    hint: "The code was not touched: make the project's `prepare` script \
-                           work in a fresh checkout with `node_modules` read-only and no \
-                           network, or declare the set-up in `[setup]` of \
-                           `.github/agent.toml` (`git agent doctor --run` shows what a run \
-                           sees)."
-                        .into(),
-                }),
+                Some(c) => Some(verify::before_tests_problem(c, &run.output)),
                 None => verify::environment_problem(
                     cmd,
                     run.obs.exit_code,

@@ -149,6 +149,23 @@ pub fn environment_problem(
     })
 }
 
+/// A command set-up runs in every checkout before the tests (`SetupPlan::before_tests`, the
+/// project's own `prepare`) failed at the baseline: `output` is what it said.
+pub fn before_tests_problem(command: &str, output: &str) -> EnvironmentProblem {
+    EnvironmentProblem {
+        why: format!(
+            "`{command}`, which set-up runs in every checkout before the tests (the installer \
+             runs the project's own `prepare` there), failed"
+        ),
+        lines: last_lines(&strip_ansi(output)),
+        hint: "The code was not touched: make the project's `prepare` script work in a fresh \
+               checkout with `node_modules` read-only and no network, or declare the set-up \
+               in `[setup]` of `.github/agent.toml` (`git agent doctor --run` shows what a \
+               run sees)."
+            .into(),
+    }
+}
+
 fn last_lines(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(3)..]
