@@ -54,6 +54,25 @@ pub(crate) fn dirty_paths(repo: &Repo) -> Result<Vec<BString>> {
     Ok(status(repo)?.into_iter().map(|c| c.path).collect())
 }
 
+/// Mark every entry whose file may have changed since the index was written without its
+/// stat showing it, so that the next status compares its content.
+///
+/// Racy git (git's `racy-git.txt`): a file written in the same second as the index that
+/// records it can change again within that second and keep the stat the index holds. Status
+/// catches it only while the index's own timestamp is that second; an index written later,
+/// carrying the entry over, would hide the change for good — a same-size edit made right after
+/// a checkout then vanished from the commit once the policy undid another file. Git "smudges"
+/// such entries (size 0) when it writes an index; so does every index write here. The cost
+/// is one re-hash of those files at the next status.
+pub(super) fn smudge_racy_entries(index: &mut gix::index::State) {
+    let written = index.timestamp().unix_seconds();
+    for entry in index.entries_mut() {
+        if i64::from(entry.stat.mtime.secs) >= written {
+            entry.stat.size = 0;
+        }
+    }
+}
+
 struct WorktreeChange {
     path: BString,
 }
@@ -188,6 +207,7 @@ impl Worktree {
             .ctx(|| format!("reading tree of {head}"))?
             .detach();
         let mut index = (*g.index_or_empty().ctx(|| "reading the index".to_string())?).clone();
+        smudge_racy_entries(&mut index);
         let (mut pipeline, _) = g
             .filter_pipeline(Some(head_tree))
             .ctx(|| "preparing filters".to_string())?;

@@ -847,6 +847,7 @@ fn reset_worktree_paths(
     // 4. The index: the old one with the touched paths replaced, so unchanged entries keep
     //    their stat data and the next status stays cheap.
     let mut index = (*g.index_or_empty().ctx(|| "reading the index".to_string())?).clone();
+    super::commit::smudge_racy_entries(&mut index);
     let touched: BTreeSet<&BStr> = paths.iter().map(|p| p.as_bstr()).collect();
     index.remove_entries(|_, path, _| touched.contains(path));
     for e in partial.entries() {

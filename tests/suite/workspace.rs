@@ -1126,3 +1126,57 @@ fn gc_removes_old_pooled_and_finished_worktrees_by_age_and_size() {
     assert!(list.contains(running.to_str().unwrap()), "{list}");
     git(tmp.path(), &["fsck", "--strict", "--no-progress"]);
 }
+
+/// Racy git: a same-size edit made in the second the index was written keeps the stat the
+/// index holds. Writing the index again later (here: the policy undoing another file) must
+/// not hide that edit from status and from the commit.
+#[test]
+fn a_racy_edit_survives_a_later_index_write() {
+    let tmp = super::common::tempdir();
+    sample_repo(tmp.path());
+    // ctime moves on every write and cannot be set back; the kernel's coarse clock makes it
+    // equal in the real race. Ignoring it here reproduces that race deterministically.
+    git(tmp.path(), &["config", "core.trustctime", "false"]);
+    let (repo, _state) = open(tmp.path());
+    let (wt, _) = repo
+        .create_worktree(&request("racy", "agent/racy"), WorktreeOptions::default())
+        .unwrap();
+    let readme = wt.path().join("README.md");
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+    let set_mtime = |p: &Path| {
+        std::fs::File::options()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .set_modified(then)
+            .unwrap()
+    };
+    // The index records README.md as written at `then`, and was itself written then.
+    set_mtime(&readme);
+    git(wt.path(), &["update-index", "--refresh"]);
+    let index = PathBuf::from(
+        git(
+            wt.path(),
+            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
+        )
+        .trim(),
+    );
+    set_mtime(&index);
+    // The edit, in that same second: same size, same mtime, same inode.
+    std::fs::write(&readme, b"# SAMPLE\n").unwrap();
+    set_mtime(&readme);
+    assert_eq!(wt.changed_paths().unwrap(), vec!["README.md".to_string()]);
+
+    // A later index write.
+    write(wt.path(), "refused.env", b"TOKEN=x\n");
+    wt.restore_paths(&["refused.env".to_string()]).unwrap();
+    assert!(!wt.path().join("refused.env").exists());
+
+    assert_eq!(wt.changed_paths().unwrap(), vec!["README.md".to_string()]);
+    let c = wt.commit_all(&commit_req("racy")).unwrap().unwrap();
+    assert_eq!(
+        git(wt.path(), &["show", &format!("{c}:README.md")]),
+        "# SAMPLE\n"
+    );
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+}
