@@ -15,6 +15,7 @@ mod approval;
 mod command;
 mod error;
 mod paths;
+mod preload;
 mod runner;
 pub mod shell;
 #[cfg(test)]
@@ -27,7 +28,8 @@ pub use error::{Error, Result};
 pub use paths::{
     PathRefusal, PathVerdict, lexical_relative, symlink_resolves_inside, symlink_target_is_confined,
 };
-pub use runner::{runner_config_by_name, runner_config_change};
+pub use preload::preloaded_by;
+pub use runner::{runner_change, runner_config_by_name, runner_config_change};
 
 use serde::Serialize;
 

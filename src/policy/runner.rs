@@ -353,6 +353,27 @@ pub fn runner_config_change(
     }
 }
 
+/// Why changing `rela` from `old` to `new` changes how the tests run: [`runner_config_change`],
+/// or a file the runner's configuration loads before the tests
+/// ([`super::preload::preloaded_by`], by the configuration `base` reads).
+pub fn runner_change(
+    rela: &str,
+    old: Option<&[u8]>,
+    new: Option<&[u8]>,
+    test_command: &str,
+    base: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> Option<String> {
+    if old == new {
+        return None;
+    }
+    runner_config_change(rela, old, new, test_command).or_else(|| {
+        // A preload among the tests is held out of the deciding run like them.
+        (!crate::verify::is_test_path(rela))
+            .then(|| super::preload::preloaded_by(rela, base, test_command))
+            .flatten()
+    })
+}
+
 /// Why `rela` is runner configuration as a whole, by its name alone (a `conftest.py`, a
 /// `pytest.py` shadow, a file named like an interpreter); `None` for files whose runner part
 /// only their content shows (`pyproject.toml`, `package.json`, …).
@@ -556,6 +577,23 @@ mod tests {
         ] {
             assert_eq!(change(p, None, Some("x")), None, "{p}");
         }
+    }
+
+    /// A preload outside the tests is runner configuration; one among them is held out with
+    /// the tests instead, so it is not asked about twice.
+    #[test]
+    fn a_preload_is_runner_configuration_unless_it_is_among_the_tests() {
+        let base = |p: &str| {
+            (p == ".mocharc.yml").then(|| b"require:\n  - support/a.js\n  - test/b.js\n".to_vec())
+        };
+        let change = |rela| runner_change(rela, Some(b"1"), Some(b"2"), "npm test", &base);
+        assert!(change("support/a.js").is_some_and(|w| w.contains("(a preload)")));
+        assert_eq!(change("test/b.js"), None);
+        assert_eq!(change("lib/c.js"), None);
+        assert_eq!(
+            runner_change("support/a.js", Some(b"1"), Some(b"1"), "npm test", &base),
+            None
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::setup::Workbench;
 use crate::audit::chain::Kind;
 use crate::audit::redact::{ChangedFile, scan_changes};
 use crate::config::Decision;
-use crate::policy::{Approval, RiskTier, runner_config_change};
+use crate::policy::{Approval, RiskTier, runner_change};
 use crate::workspace::CommitRequest;
 
 /// What the commit-time policy did.
@@ -95,24 +95,30 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
         );
         let under_test =
             crate::verify::test_special_casing(&path, old_text.as_deref(), new_text.as_deref());
-        let judged =
-            match runner_config_change(&path, old.as_deref(), new.as_deref(), &test_command) {
-                Some(why) => Some((why, "the test runner's configuration", &mut asks)),
-                None if under_test.is_some() => under_test.map(|why| {
-                    (
-                        why,
-                        "code that behaves differently under test",
-                        &mut under_test_asks,
-                    )
-                }),
-                None if led.rec.setup.is_some() => super::environment::setup_inputs(
-                    led.rec.setup.as_ref(),
-                    std::slice::from_ref(&path),
+        let at_head = |p: &str| led.svc.repo.read_file_at(&head, p).ok().flatten();
+        let judged = match runner_change(
+            &path,
+            old.as_deref(),
+            new.as_deref(),
+            &test_command,
+            &at_head,
+        ) {
+            Some(why) => Some((why, "the test runner's configuration", &mut asks)),
+            None if under_test.is_some() => under_test.map(|why| {
+                (
+                    why,
+                    "code that behaves differently under test",
+                    &mut under_test_asks,
                 )
-                .pop()
-                .map(|(_, why)| (why, "what set-up reads", &mut setup_asks)),
-                None => None,
-            };
+            }),
+            None if led.rec.setup.is_some() => super::environment::setup_inputs(
+                led.rec.setup.as_ref(),
+                std::slice::from_ref(&path),
+            )
+            .pop()
+            .map(|(_, why)| (why, "what set-up reads", &mut setup_asks)),
+            None => None,
+        };
         let Some((why, what, asked)) = judged else {
             continue;
         };

@@ -24,7 +24,7 @@ use super::{attribution, checkpoint};
 use crate::audit::chain::Kind;
 use crate::config::{Preexisting, Reproduce};
 use crate::exec::{ExecRequest, Executor, Termination};
-use crate::policy::{Approval, runner_config_change};
+use crate::policy::{Approval, runner_change};
 use crate::verify::{self, Decision, Observation, RunResult, TestCommand};
 use crate::workspace::{ChangedBlob, FileStatus};
 
@@ -1335,7 +1335,14 @@ fn describe_changes(
             Some(by) => format!("{why} (approved by {by})"),
             None => format!("{why} (allowed by the policy)"),
         };
-        if let Some(why) = runner_config_change(&c.path, old, new, test_command) {
+        let at_base = |p: &str| {
+            led.svc
+                .repo
+                .read_file_at(&led.rec.base_sha, p)
+                .ok()
+                .flatten()
+        };
+        if let Some(why) = runner_change(&c.path, old, new, test_command, &at_base) {
             integrity
                 .runner_config
                 .push(credited(why, approved_by(checkpoint::RUNNER_CONFIG)));

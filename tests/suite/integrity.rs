@@ -1557,6 +1557,55 @@ fn patching_the_module_under_test_at_import_is_no_fix() {
     }
 }
 
+/// Issue 40 point 2: a file the runner's configuration loads before the tests (here through
+/// `NODE_OPTIONS='--require …'` in `npm test`) is neither a test nor runner configuration by
+/// name, and sits outside the test directory, so the held-out run keeps the model's version.
+/// Patching `calc.add` there made the failing test pass with `calc.js` unchanged. A change to
+/// a preload is runner configuration: the run waits for a person and nothing is verified.
+#[test]
+fn a_changed_preload_waits_for_a_person() {
+    let f = Fixture::new("js-add");
+    f.user_config(ONE_ATTEMPT);
+    let repo = f.repo();
+    let manifest = repo.join("package.json");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "\"test\": \"node --test\"",
+        "\"test\": \"NODE_OPTIONS='--require ./support/setup.js' node --test\"",
+    );
+    std::fs::write(&manifest, text).unwrap();
+    std::fs::create_dir_all(repo.join("support")).unwrap();
+    std::fs::write(
+        repo.join("support/setup.js"),
+        "// Loaded before every test file.\nprocess.env.TZ = 'UTC';\n",
+    )
+    .unwrap();
+    commit_all(&repo, "a preload for the tests");
+    let patch = "// Loaded before every test file.\nprocess.env.TZ = 'UTC';\nconst calc = require('../calc.js');\ncalc.add = (a, b) => a + b;\n";
+    let script = f.script(&[
+        plan(&["support/setup.js"]),
+        write("support/setup.js", patch),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    let report = f.report(&run_id(&json));
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("awaiting_approval"), Some(4)),
+        "{report}"
+    );
+    assert!(json["commits"].as_array().unwrap().is_empty(), "{json}");
+    assert!(
+        report.contains(
+            "`support/setup.js` is loaded before the tests because `package.json` names it"
+        ),
+        "{report}"
+    );
+    assert!(
+        !report.contains("verified by the project's tests"),
+        "{report}"
+    );
+}
+
 /// Issue 40 point 6: the hacks refused in Python, in JavaScript (node:test) and Rust — a
 /// weakened assertion, a skipped or ignored test, a deleted test, an early `exit(0)` in the
 /// test file, and killing the runner that reports — each ends not verified. `(path, old,
