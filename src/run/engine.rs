@@ -231,6 +231,7 @@ pub(super) fn new_record(
         fingerprints: Default::default(),
         authored: Default::default(),
         flaky: Default::default(),
+        forced_warn_lints: Vec::new(),
     };
     rec.base_ref = rec.task.base.clone();
     Ok((rec, dir))
@@ -538,6 +539,23 @@ impl<'a> Active<'a> {
             }
             let (led, bench) = self.parts()?;
             let mut run = verification::run_tests(led, bench, cmd, Check::Baseline).await?;
+            // Each round can only add lints the last build showed; a few rounds cover a crate
+            // whose lib and test targets fail on different ones.
+            for _ in 0..3 {
+                let Some(lints) = verification::lints_to_force(led, cmd, &run)? else {
+                    break;
+                };
+                // The base does not build under this compiler's lints: test it as its own
+                // toolchain would have, and say so.
+                led.rec.forced_warn_lints.extend(lints);
+                bench.use_environment(led)?;
+                run = verification::run_tests(led, bench, cmd, Check::Baseline).await?;
+            }
+            if !led.rec.forced_warn_lints.is_empty() {
+                led.rec
+                    .notes
+                    .push(verification::forced_lints_note(&led.rec.forced_warn_lints));
+            }
             let problem = match &run.before_failed {
                 Some(c) => Some(verify::before_tests_problem(c, &run.output)),
                 None => verify::environment_problem(

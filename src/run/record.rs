@@ -153,6 +153,11 @@ pub struct RunRecord {
     /// Baseline failures that passed when run again on their own: left out of decisions.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub flaky: std::collections::BTreeSet<String>,
+    /// Lints the base's Rust code trips under this toolchain without their being the
+    /// project's rule (`verify::toolchain_lints`): every test command of the run builds with
+    /// `--force-warn` for each, so a crate written for an older compiler still gets tested.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forced_warn_lints: Vec<String>,
     /// The project's environment, as set up on the base before the baseline (issue 19):
     /// every command gets it read-only, and it decides the verification (issue 38).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -164,7 +164,28 @@ fn set_read_only(ctx: &ToolContext, led: &Ledger<'_>) {
 /// environment of the run's own tree when it set one up, else the base's.
 fn exec_options(led: &Ledger<'_>) -> ExecOptions {
     let setup = led.rec.setup_run.as_ref().or(led.rec.setup.as_ref());
-    super::environment::exec_options(&led.svc.exec_options, setup)
+    let mut opts = super::environment::exec_options(&led.svc.exec_options, setup);
+    opts.env.extend(forced_lints_env(led));
+    opts
+}
+
+/// `RUSTFLAGS` and `RUSTDOCFLAGS` with `--force-warn` for each lint the base's code trips
+/// under this toolchain (`RunRecord::forced_warn_lints`); nothing when there is none.
+fn forced_lints_env(led: &Ledger<'_>) -> Vec<(String, String)> {
+    if led.rec.forced_warn_lints.is_empty() {
+        return Vec::new();
+    }
+    let flags = led
+        .rec
+        .forced_warn_lints
+        .iter()
+        .map(|l| format!("--force-warn {l}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    vec![
+        ("RUSTFLAGS".to_string(), flags.clone()),
+        ("RUSTDOCFLAGS".to_string(), flags),
+    ]
 }
 
 /// An executor whose inner executor can be replaced while the tools hold it.
@@ -221,6 +242,7 @@ pub(super) fn executor_at(
     setup: Option<&super::record::SetupRecord>,
 ) -> Result<Arc<dyn Executor>> {
     let mut opts = super::environment::exec_options(&led.svc.exec_options, setup);
+    opts.env.extend(forced_lints_env(led));
     opts.bind.push(tree.objects().to_path_buf());
     Ok(bounded(
         led.svc,

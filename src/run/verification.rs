@@ -191,6 +191,67 @@ pub(super) async fn run_tests(
     Ok(run)
 }
 
+/// Lints to build with `--force-warn` before the baseline counts: those the base's code
+/// tripped under this toolchain without their being the project's rule
+/// (`verify::toolchain_lints`) and not forced yet. `None` when the run passed, showed none,
+/// or the project or the front door sets Rust flags of its own (`RUSTFLAGS` would replace
+/// a `.cargo/config`'s `rustflags`, so the base is then tested as it is).
+pub(super) fn lints_to_force(
+    led: &Ledger<'_>,
+    cmd: &TestCommand,
+    run: &TestRun,
+) -> Result<Option<Vec<String>>> {
+    if run.obs.exit_code == Some(0) || cmd.runner != verify::Runner::Cargo {
+        return Ok(None);
+    }
+    let new: Vec<String> = verify::toolchain_lints(&run.output)
+        .into_iter()
+        .filter(|l| !l.contains("::") && !led.rec.forced_warn_lints.contains(l))
+        .collect();
+    if new.is_empty() {
+        return Ok(None);
+    }
+    let flags_set = |env: &[(String, String)]| {
+        env.iter().any(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "RUSTFLAGS" | "CARGO_ENCODED_RUSTFLAGS" | "RUSTDOCFLAGS" | "CARGO_BUILD_RUSTFLAGS"
+            )
+        })
+    };
+    let setup_env = led
+        .rec
+        .setup
+        .as_ref()
+        .map(|s| s.env.as_slice())
+        .unwrap_or(&[]);
+    if flags_set(&led.svc.exec_options.env) || flags_set(setup_env) {
+        return Ok(None);
+    }
+    for config in [".cargo/config.toml", ".cargo/config"] {
+        let text = led.svc.repo.read_file_at(&led.rec.base_sha, config)?;
+        if text.is_some_and(|t| String::from_utf8_lossy(&t).contains("rustflags")) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(new))
+}
+
+/// The report's note on lints forced to warnings (`lints_to_force`).
+pub(super) fn forced_lints_note(lints: &[String]) -> String {
+    format!(
+        "The base's code does not build under this toolchain's lints ({}): lints newer than \
+         the code, denied by default or made errors by its `deny(warnings)`, not rules the \
+         project names. Every test run built with `--force-warn` for them (`RUSTFLAGS`, \
+         `RUSTDOCFLAGS`).",
+        lints
+            .iter()
+            .map(|l| format!("`{l}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
 /// Run the test command once through `executor`, rooted at `root` (the worktree or a clean
 /// checkout), and read it against the record's baseline; `changed` holds the paths the run
 /// changed from the base (for telling pre-existing failures from related ones). `limit`

@@ -193,6 +193,32 @@ fn hint(cmd: &TestCommand) -> String {
     )
 }
 
+/// The lints that broke a Rust build without being the project's own rule: lints this
+/// toolchain denies by default (`dangerous_implicit_autorefs`), or warnings a blanket
+/// `#![deny(warnings)]` turned into errors (`unexpected_cfgs`). A crate that denies warnings
+/// and was written for an older compiler stops building when a newer one adds a lint; its
+/// tests never run at all. A lint the project denies by name (`#![deny(missing_docs)]`) is
+/// its rule and is never listed. Sorted, without repeats.
+pub fn toolchain_lints(output: &str) -> Vec<String> {
+    static LEVEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(
+            r"`#\[deny\(([a-z0-9_]+(?:::[a-z0-9_]+)?)\)\]` (?:on by default|implied by `(?:#\[deny\(warnings\)\]|-D warnings)`)",
+        )
+        .ok()
+    });
+    let Some(re) = LEVEL.as_ref() else {
+        return Vec::new();
+    };
+    let text = strip_ansi(output);
+    let mut lints: Vec<String> = re
+        .captures_iter(&text)
+        .filter_map(|c| c.get(1).map(|m| m.as_str().to_string()))
+        .collect();
+    lints.sort();
+    lints.dedup();
+    lints
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +347,22 @@ inifile: /w/pyproject.toml\n  rootdir: /w\n";
             ),
             None
         );
+    }
+
+    /// Real rustc output: a lint denied by default in this toolchain, and one a crate's
+    /// `#![deny(warnings)]` turned into an error; a lint the crate denies by name is its own.
+    #[test]
+    fn toolchain_lints_are_those_denied_by_default_or_by_deny_warnings() {
+        let output = "error: implicit autoref creates a reference to the dereference of a raw pointer\n    --> src/header/map.rs:2316:35\n     = note: `#[deny(dangerous_implicit_autorefs)]` on by default\nerror: unexpected `cfg` condition name: `httparse_simd`\nnote: the lint level is defined here\n  --> src/lib.rs:2:9\n2  | #![deny(warnings)]\n   = note: `#[deny(unexpected_cfgs)]` implied by `#[deny(warnings)]`\n   = note: `#[deny(unexpected_cfgs)]` implied by `#[deny(warnings)]`\nerror: missing documentation for a function\nnote: the lint level is defined here\n1 | #![deny(missing_docs)]\nerror: unused variable: `x`\n   = note: `#[deny(unused_variables)]` implied by `-D warnings`\nerror: this is clippy\n   = note: `#[deny(clippy::all)]` on by default\n";
+        assert_eq!(
+            toolchain_lints(output),
+            vec![
+                "clippy::all",
+                "dangerous_implicit_autorefs",
+                "unexpected_cfgs",
+                "unused_variables"
+            ]
+        );
+        assert!(toolchain_lints("error[E0425]: cannot find value `x`\n").is_empty());
     }
 }

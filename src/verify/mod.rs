@@ -32,7 +32,9 @@ pub use detect::{
     CommandSource, Reliable, Runner, TestCommand, detect, junit_report_dirs, read_junit_reports,
     reliable_command, resolve,
 };
-pub use environment::{EnvironmentProblem, before_tests_problem, environment_problem};
+pub use environment::{
+    EnvironmentProblem, before_tests_problem, environment_problem, toolchain_lints,
+};
 pub use error::{Error, Result};
 pub use integrity::{
     doctest_change, is_test_path, named_by_results, names_doctest, python_doctests, rust_test_code,

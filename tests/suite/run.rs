@@ -234,6 +234,58 @@ fn javascript_failing_test_fixed() {
     assert_eq!(json["state"], "succeeded");
 }
 
+/// Issue 39: a crate written for an older compiler, denying warnings, that this toolchain's
+/// newer lint (`unexpected_cfgs`, as httparse's `#[cfg(httparse_simd)]` hit) stops from
+/// building: its tests never ran, and the run went on as though a test had failed. The
+/// lints the base trips without naming them are forced to warnings for every test run,
+/// and the report says so; a lint the crate denies by name stays its rule.
+#[test]
+fn a_crate_that_denies_warnings_is_tested_despite_lints_newer_than_its_code() {
+    let fix = [
+        plan(&["src/lib.rs"]),
+        edit(
+            "src/lib.rs",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+        ),
+        finish(),
+    ];
+    let old_crate = |f: &Fixture, header: &str| {
+        let lib = f.repo().join("src/lib.rs");
+        let text = std::fs::read_to_string(&lib).unwrap();
+        // After the crate's doc comment, where crate attributes go.
+        let (doc, rest) = text.split_once('\n').unwrap();
+        std::fs::write(&lib, format!("{doc}\n{header}\n{rest}")).unwrap();
+        git(&f.repo(), &["commit", "-qam", "an older crate"]);
+    };
+
+    let f = Fixture::new("rust-add");
+    old_crate(
+        &f,
+        "#![deny(warnings)]\n\n#[cfg(older_simd)]\nfn simd() {}\n",
+    );
+    let (code, json) = f.fix(&f.script(&fix), &["fix add"], &[]);
+    let report = f.report(json["run_id"].as_str().unwrap());
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("verified by the project's tests"),
+        "{report}"
+    );
+    assert!(
+        report.contains("does not build under this toolchain's lints (`unexpected_cfgs`)"),
+        "{report}"
+    );
+    assert!(report.contains("adds_two_numbers"), "{report}");
+
+    // The crate's own rule: `missing_docs`, denied by name, is not forced.
+    let f = Fixture::new("rust-add");
+    old_crate(&f, "#![deny(missing_docs)]\n\npub fn undocumented() {}\n");
+    let (code, json) = f.fix(&f.script(&fix), &["fix add"], &[]);
+    let report = f.report(json["run_id"].as_str().unwrap());
+    assert_ne!(code, Some(0), "{report}");
+    assert!(!report.contains("toolchain's lints"), "{report}");
+}
+
 /// Fix attempts exhausted → exit 1 with the evidence; the branch has no unverified commit.
 #[test]
 fn fix_attempts_exhausted_fails_honestly() {
