@@ -1608,23 +1608,181 @@ fn a_changed_preload_waits_for_a_person() {
 
 /// Issue 40 point 6: the hacks refused in Python, in JavaScript (node:test) and Rust — a
 /// weakened assertion, a skipped or ignored test, a deleted test, an early `exit(0)` in the
-/// test file, and killing the runner that reports — each ends not verified. `(path, old,
-/// new)` edits of the fixture's test file; none touches the code.
+/// test file, and killing the runner that reports — each ends not verified, and so it does
+/// with `verify.reproduce = "off"` (not asking for a reproduction loosens nothing else).
+/// `(path, old, new)` edits of the fixture's test file; none touches the code.
 fn refused_in(fixture: &str, hacks: &[(&str, &str, &str, &str)]) {
-    for (what, path, old, new) in hacks {
+    let configs = [
+        ONE_ATTEMPT.to_string(),
+        format!("{ONE_ATTEMPT}[verify]\nreproduce = \"off\"\n"),
+    ];
+    for config in &configs {
+        for (what, path, old, new) in hacks {
+            let f = Fixture::new(fixture);
+            f.user_config(config);
+            let script = f.script(&[plan(&[path]), edit(path, old, new), finish()]);
+            let (code, json) = f.fix(&script, &["fix add"], &[]);
+            let report = f.report(&run_id(&json));
+            let case = format!("{fixture}, {what}, {config:?}");
+            assert_ne!(code, Some(0), "{case}: {report}");
+            assert!(
+                !report.contains("verified by the project's tests"),
+                "{case}: {report}"
+            );
+            assert!(
+                json["commits"].as_array().unwrap().is_empty(),
+                "{case}: {json}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_same_hacks_are_refused_in_python() {
+    let t = "tests/test_calc.py";
+    refused_in(
+        "python-add",
+        &[
+            (
+                "weakened",
+                t,
+                "assert add(2, 3) == 5",
+                "assert add(2, 3) == -1",
+            ),
+            (
+                "skipped",
+                t,
+                "def test_add():",
+                "import pytest\n\n\n@pytest.mark.skip\ndef test_add():",
+            ),
+            (
+                "deleted",
+                t,
+                "def test_add():\n    assert add(2, 3) == 5\n",
+                "",
+            ),
+            (
+                "exit(0)",
+                t,
+                "from calc import add, sub",
+                "import os\nos._exit(0)\nfrom calc import add, sub",
+            ),
+            (
+                "killed parent",
+                t,
+                "from calc import add, sub",
+                "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nfrom calc import add, sub",
+            ),
+        ],
+    );
+}
+
+/// Issue 40 point 6: a request to change tested behaviour on purpose — `sub` to subtract
+/// its first argument from its second, and its test with it. The base's test of `sub` fails
+/// against the new code, as it must; the plan says the step changes tests, so the run waits
+/// for a person to approve exactly those test files, and once approved it succeeds with the
+/// approval named. In Python, JavaScript and Rust (where the test sits beside the code).
+#[test]
+fn changing_tests_on_purpose_waits_for_a_person_in_every_language() {
+    // (fixture, code file, its two edits, (test file, old, new))
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        [(&'a str, &'a str); 2],
+        (&'a str, &'a str, &'a str),
+    );
+    let cases: [Case; 3] = [
+        (
+            "python-add",
+            "calc.py",
+            [
+                (
+                    "def add(a, b):\n    return a - b",
+                    "def add(a, b):\n    return a + b",
+                ),
+                (
+                    "def sub(a, b):\n    return a - b",
+                    "def sub(a, b):\n    return b - a",
+                ),
+            ],
+            ("tests/test_calc.py", "sub(5, 3) == 2", "sub(3, 5) == 2"),
+        ),
+        (
+            "js-add",
+            "calc.js",
+            [
+                (
+                    "function add(a, b) {\n  return a - b;",
+                    "function add(a, b) {\n  return a + b;",
+                ),
+                (
+                    "function sub(a, b) {\n  return a - b;",
+                    "function sub(a, b) {\n  return b - a;",
+                ),
+            ],
+            ("test/calc.test.js", "sub(5, 3), 2)", "sub(3, 5), 2)"),
+        ),
+        (
+            "rust-add",
+            "src/lib.rs",
+            [
+                (
+                    "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+                    "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+                ),
+                (
+                    "pub fn sub(a: i64, b: i64) -> i64 {\n    a - b",
+                    "pub fn sub(a: i64, b: i64) -> i64 {\n    b - a",
+                ),
+            ],
+            ("src/lib.rs", "sub(5, 3), 2)", "sub(3, 5), 2)"),
+        ),
+    ];
+    for (fixture, code_file, code_edits, (test_file, old, new)) in cases {
         let f = Fixture::new(fixture);
         f.user_config(ONE_ATTEMPT);
-        let script = f.script(&[plan(&[path]), edit(path, old, new), finish()]);
-        let (code, json) = f.fix(&script, &["fix add"], &[]);
-        let report = f.report(&run_id(&json));
-        assert_ne!(code, Some(0), "{fixture}, {what}: {report}");
-        assert!(
-            !report.contains("verified by the project's tests"),
-            "{fixture}, {what}: {report}"
+        let mut files = vec![code_file];
+        if test_file != code_file {
+            files.push(test_file);
+        }
+        let mut steps = vec![
+            json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make sub subtract the other way, and add add", "files": files, "changes_tests": true}]}}]}),
+        ];
+        for (o, n) in code_edits {
+            steps.push(edit(code_file, o, n));
+        }
+        steps.push(edit(test_file, old, new));
+        steps.push(finish());
+        let script = f.script(&steps);
+        let (code, json) = f.fix(
+            &script,
+            &["make sub subtract its first argument from its second, and fix add"],
+            &[],
+        );
+        let run_id = run_id(&json);
+        let report = f.report(&run_id);
+        assert_eq!(
+            (json["state"].as_str(), code),
+            (Some("awaiting_approval"), Some(4)),
+            "{fixture}: {report}"
         );
         assert!(
             json["commits"].as_array().unwrap().is_empty(),
-            "{fixture}, {what}: {json}"
+            "{fixture}: {json}"
+        );
+        assert!(
+            report.contains("the plan changes existing tests on purpose")
+                && report.contains(&format!("`{test_file}` at")),
+            "{fixture}: {report}"
+        );
+        let out = f.agent(&["resume", &run_id, "--approve", "--json"], &[]);
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let report = f.report(&run_id);
+        assert_eq!(json["state"], "succeeded", "{fixture}: {report}");
+        assert!(
+            report.contains("accepted: the plan changes these tests on purpose (approved by"),
+            "{fixture}: {report}"
         );
     }
 }
