@@ -427,6 +427,7 @@ impl<'a> Active<'a> {
         if self.led.rec.state.is_terminal() {
             // The run's private set-ups (issue 38) serve nothing once it has ended.
             environment::remove_private(svc, &self.led.rec.run_id);
+            verification::remove_base_build(&self.led);
             collect_garbage(svc);
         }
         if !svc.warm_pool || !self.led.rec.state.is_terminal() {
@@ -581,6 +582,7 @@ impl<'a> Active<'a> {
                 return Ok(());
             }
             verification::find_flaky(led, bench, cmd).await?;
+            verification::keep_base_build(led, bench, cmd)?;
         }
         Ok(())
     }

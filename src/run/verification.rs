@@ -881,6 +881,7 @@ async fn run_clean(
     } = *at;
     let svc = led.svc;
     let tree = svc.repo.clean_checkout(name, commit)?;
+    seed_from_base_build(led, tree.path(), commit);
     let executor = setup::executor_at(led, &tree, env)?;
     let run = run_tests_at(
         led,
@@ -897,6 +898,101 @@ async fn run_clean(
         tracing::warn!(error = %e, "cannot remove a clean checkout");
     }
     run
+}
+
+/// Where the base's Rust build is kept for the run's clean checkouts: its private directory,
+/// in no sandbox's view.
+fn base_build_dir(led: &Ledger<'_>) -> std::path::PathBuf {
+    led.dir
+        .join(super::record::files::PRIVATE)
+        .join("base-build")
+}
+
+/// Largest base build kept (a copy goes into every clean checkout).
+const BASE_BUILD_MAX_BYTES: u64 = 8 << 30;
+
+/// Keep the base's Rust build as the baseline left it in the worktree, before any model
+/// turn, for the clean checkouts (`workspace::keep_build`): they then compile only what the
+/// change touched. Not for a project that moves its build elsewhere (`CARGO_TARGET_DIR`,
+/// `build.target-dir`), and a failure only costs the time it would have saved.
+pub(super) fn keep_base_build(
+    led: &mut Ledger<'_>,
+    bench: &Workbench,
+    cmd: &TestCommand,
+) -> Result<()> {
+    if cmd.runner != verify::Runner::Cargo || moves_its_build(led)? {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let into = base_build_dir(led);
+    match crate::workspace::keep_build(bench.worktree.path(), &into, BASE_BUILD_MAX_BYTES) {
+        Ok(Some(kept)) => led.audit(
+            Kind::Verify,
+            json!({"base_build": {"kept": kept.dirs, "bytes": kept.bytes, "duration_ms": started.elapsed().as_millis() as u64}}),
+        )?,
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "the base's build is not kept");
+            let _ = crate::workspace::remove_kept(&into);
+        }
+    }
+    Ok(())
+}
+
+/// An ended run's kept build serves nothing.
+pub(super) fn remove_base_build(led: &Ledger<'_>) {
+    if let Err(e) = crate::workspace::remove_kept(&base_build_dir(led)) {
+        tracing::warn!(error = %e, "the base's build stays");
+    }
+}
+
+/// Whether the project or the front door puts cargo's build somewhere other than `target/`.
+fn moves_its_build(led: &Ledger<'_>) -> Result<bool> {
+    let set = |env: &[(String, String)]| {
+        env.iter()
+            .any(|(k, _)| k == "CARGO_TARGET_DIR" || k == "CARGO_BUILD_TARGET_DIR")
+    };
+    let setup_env = led
+        .rec
+        .setup
+        .as_ref()
+        .map(|s| s.env.as_slice())
+        .unwrap_or(&[]);
+    if set(&led.svc.exec_options.env) || set(setup_env) {
+        return Ok(true);
+    }
+    for config in [".cargo/config.toml", ".cargo/config"] {
+        let text = led.svc.repo.read_file_at(&led.rec.base_sha, config)?;
+        if text.is_some_and(|t| String::from_utf8_lossy(&t).contains("target-dir")) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Give the clean checkout of `commit` at `root` the base's build, with every file the same
+/// as in the base aged so that build counts as fresh; what differs keeps its new time and
+/// is compiled. A failure leaves the checkout to build from scratch.
+fn seed_from_base_build(led: &Ledger<'_>, root: &Path, commit: gix::ObjectId) {
+    let kept = base_build_dir(led);
+    if !kept.is_dir() {
+        return;
+    }
+    let changed = led
+        .svc
+        .repo
+        .resolve(&led.rec.base_sha)
+        .and_then(|base| led.svc.repo.changed_blobs(base, commit));
+    let changed: BTreeSet<String> = match changed {
+        Ok(c) => c.into_iter().map(|c| c.path).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "the clean checkout builds from scratch");
+            return;
+        }
+    };
+    if let Err(e) = crate::workspace::seed_checkout(&kept, root, &|p| !changed.contains(p)) {
+        tracing::warn!(error = %e, "the clean checkout builds from scratch");
+    }
 }
 
 /// Whether a test that failed before and still fails is unrelated to the change, so it may

@@ -8,6 +8,7 @@
 //! This module must not know about models, tools or policy; it moves bytes between the object
 //! database, the index and the work tree.
 
+mod build_cache;
 mod clean;
 mod commit;
 mod diff;
@@ -18,6 +19,7 @@ mod remote;
 mod repo;
 mod worktree;
 
+pub use build_cache::{KeptBuild, keep_build, remove_kept, seed_checkout};
 pub use clean::CleanTree;
 pub use commit::CommitRequest;
 pub use diff::{ChangedBlob, Diff, FileDiff, FileStatus};
