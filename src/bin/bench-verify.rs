@@ -54,7 +54,11 @@ fn main() -> Result<()> {
     };
     let config = Config::resolve(Vec::new())?;
     let opts = ExecOptions::from_settings(&config.settings);
-    let repo = Repo::discover(&repo_path)?;
+    // Run worktrees and checkouts in a state directory of the bench's own (no dot in it).
+    let state = tempfile::Builder::new()
+        .prefix("bench-verify-state-")
+        .tempdir_in("/tmp")?;
+    let repo = Repo::discover(&repo_path)?.with_state_dir(state.path());
     let id = format!("bench-verify-{}", std::process::id());
     let (wt, _) = repo.create_worktree(
         &WorktreeRequest {
