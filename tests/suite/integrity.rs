@@ -1657,6 +1657,74 @@ fn a_build_poisoned_in_the_worktree_never_reaches_the_clean_checkout() {
     assert!(!private.join("base-build").exists());
 }
 
+/// Issue 40's benchmark: a hostile `build.rs` that knows exactly where the run keeps the
+/// base's build tries to overwrite it, so that the clean checkouts would test its build. It
+/// runs in the worktree's sandbox, where the run's directory is not in view: nothing is
+/// written. The run then waits for a person (a build script is runner configuration), with
+/// the kept build as the baseline left it.
+#[test]
+fn a_hostile_build_script_cannot_reach_the_kept_build() {
+    let f = Fixture::new("rust-add");
+    let runs = f.repo().join(".git/agent/runs");
+    let build_rs = format!(
+        r#"fn main() {{
+    let mut hit = 0;
+    if let Ok(runs) = std::fs::read_dir({runs:?}) {{
+        for run in runs.flatten() {{
+            let kept = run.path().join("private/base-build/target");
+            if std::fs::write(kept.join("poison"), b"x").is_ok() {{
+                hit += 1;
+            }}
+            if let Ok(deps) = std::fs::read_dir(kept.join("debug/deps")) {{
+                for d in deps.flatten() {{
+                    if std::fs::write(d.path(), b"poison").is_ok() {{
+                        hit += 1;
+                    }}
+                }}
+            }}
+        }}
+    }}
+    std::fs::write("poison-report.txt", format!("{{hit}}")).unwrap();
+}}
+"#
+    );
+    let script = f.script(&[
+        plan(&["build.rs", "src/lib.rs"]),
+        write("build.rs", &build_rs),
+        run("cargo test --no-run --offline"),
+        edit(
+            "src/lib.rs",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a - b",
+            "pub fn add(a: i64, b: i64) -> i64 {\n    a + b",
+        ),
+        finish(),
+    ]);
+    let (code, json) = f.fix(&script, &["fix add"], &[]);
+    let run_id = run_id(&json);
+    let report = f.report(&run_id);
+    assert_eq!(
+        (json["state"].as_str(), code),
+        (Some("awaiting_approval"), Some(4)),
+        "{report}"
+    );
+    // The build script ran, and reached nothing.
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(runs.join(&run_id).join("record.json")).unwrap())
+            .unwrap();
+    let worktree = std::path::PathBuf::from(record["worktree"].as_str().unwrap());
+    let hits = std::fs::read_to_string(worktree.join("poison-report.txt")).unwrap_or_default();
+    assert_eq!(hits, "0", "{report}");
+    let kept = runs.join(&run_id).join("private/base-build/target");
+    assert!(kept.join("debug/deps").is_dir(), "the base's build is kept");
+    assert!(!kept.join("poison").exists());
+    for d in std::fs::read_dir(kept.join("debug/deps"))
+        .unwrap()
+        .flatten()
+    {
+        assert_ne!(std::fs::read(d.path()).unwrap(), b"poison", "{d:?}");
+    }
+}
+
 /// Issue 40 point 6: the hacks refused in Python, in JavaScript (node:test) and Rust — a
 /// weakened assertion, a skipped or ignored test, a deleted test, an early `exit(0)` in the
 /// test file, and killing the runner that reports — each ends not verified, and so it does
