@@ -211,28 +211,14 @@ pub(super) fn lints_to_force(
     if new.is_empty() {
         return Ok(None);
     }
-    let flags_set = |env: &[(String, String)]| {
-        env.iter().any(|(k, _)| {
-            matches!(
-                k.as_str(),
-                "RUSTFLAGS" | "CARGO_ENCODED_RUSTFLAGS" | "RUSTDOCFLAGS" | "CARGO_BUILD_RUSTFLAGS"
-            )
-        })
-    };
-    let setup_env = led
-        .rec
-        .setup
-        .as_ref()
-        .map(|s| s.env.as_slice())
-        .unwrap_or(&[]);
-    if flags_set(&led.svc.exec_options.env) || flags_set(setup_env) {
+    let flags = [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTDOCFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+    ];
+    if cargo_setting_given(led, &flags, "rustflags")? {
         return Ok(None);
-    }
-    for config in [".cargo/config.toml", ".cargo/config"] {
-        let text = led.svc.repo.read_file_at(&led.rec.base_sha, config)?;
-        if text.is_some_and(|t| String::from_utf8_lossy(&t).contains("rustflags")) {
-            return Ok(None);
-        }
     }
     Ok(Some(new))
 }
@@ -948,22 +934,29 @@ pub(super) fn remove_base_build(led: &Ledger<'_>) {
 
 /// Whether the project or the front door puts cargo's build somewhere other than `target/`.
 fn moves_its_build(led: &Ledger<'_>) -> Result<bool> {
-    let set = |env: &[(String, String)]| {
-        env.iter()
-            .any(|(k, _)| k == "CARGO_TARGET_DIR" || k == "CARGO_BUILD_TARGET_DIR")
-    };
+    cargo_setting_given(
+        led,
+        &["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR"],
+        "target-dir",
+    )
+}
+
+/// Whether a cargo setting is given outside what the run controls: one of `vars` in the
+/// front door's or the environment's variables, or `key` in the base's `.cargo/config`.
+fn cargo_setting_given(led: &Ledger<'_>, vars: &[&str], key: &str) -> Result<bool> {
     let setup_env = led
         .rec
         .setup
         .as_ref()
         .map(|s| s.env.as_slice())
         .unwrap_or(&[]);
-    if set(&led.svc.exec_options.env) || set(setup_env) {
+    let given = |env: &[(String, String)]| env.iter().any(|(k, _)| vars.contains(&k.as_str()));
+    if given(&led.svc.exec_options.env) || given(setup_env) {
         return Ok(true);
     }
     for config in [".cargo/config.toml", ".cargo/config"] {
         let text = led.svc.repo.read_file_at(&led.rec.base_sha, config)?;
-        if text.is_some_and(|t| String::from_utf8_lossy(&t).contains("target-dir")) {
+        if text.is_some_and(|t| String::from_utf8_lossy(&t).contains(key)) {
             return Ok(true);
         }
     }
