@@ -338,11 +338,15 @@ fn parse_cargo(text: &str) -> Option<TestReport> {
         r"^test result: (?:ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; \d+ filtered out",
     );
     let stdout_hdr = re(r"^---- (.+?) std(?:out|err) ----$");
+    // A test that overflows its stack kills its whole binary before any result line: the
+    // runtime names it on stderr, which follows its binary's `Running` line in both layouts.
+    let overflowed = re(r"^thread '(.+?)' has overflowed its stack$");
     let mut acc = Acc {
         lists_passes: true,
         ..Acc::default()
     };
     let mut prefix = String::new();
+    let mut running_now = String::new();
     let mut block: Option<(String, String)> = None;
     for l in text.lines() {
         if let Some((name, body)) = &mut block {
@@ -358,8 +362,13 @@ fn parse_cargo(text: &str) -> Option<TestReport> {
         }
         if let Some(b) = binary(l) {
             if !header_first {
-                prefix = b;
+                prefix = b.clone();
             }
+            running_now = b;
+        } else if let Some(c) = overflowed.captures(l).filter(|c| &c[1] != "main") {
+            let name = format!("{running_now}{}", &c[1]);
+            acc.detail(&name, l);
+            acc.fail(name);
         } else if header.is_match(l) {
             if let Some(b) = by_position.as_mut().and_then(Iterator::next) {
                 prefix = b;
@@ -1415,6 +1424,25 @@ mod tests {
                 .chain(&r.failed)
                 .all(|n| !n.contains("::test_eq") || n == "tests::test_eq")
         );
+    }
+
+    /// bytes' fix for an endless recursion: on the base its new test overflows the stack and
+    /// takes its binary down before any result line. The runtime's message names the test,
+    /// in the binary whose `Running` line came last, however cargo's streams were joined.
+    #[test]
+    fn cargo_a_test_that_overflows_its_stack_fails_by_name() {
+        let stdout = "running 2 tests\ntest a ... ok\ntest b ... ok\n\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\nrunning 3 tests\ntest copy ... ok\n";
+        let stderr = "     Running tests/test_buf.rs (target/debug/deps/test_buf-0123456789abcdef)\n     Running tests/test_buf_mut.rs (target/debug/deps/test_buf_mut-0123456789abcdef)\n\nthread 'test_bytes_mut_reuse' has overflowed its stack\nfatal runtime error: stack overflow, aborting\nerror: test failed, to rerun pass `--test test_buf_mut`\n";
+        let joined = "     Running tests/test_buf.rs (target/debug/deps/test_buf-0123456789abcdef)\nrunning 2 tests\ntest a ... ok\ntest b ... ok\n\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\n     Running tests/test_buf_mut.rs (target/debug/deps/test_buf_mut-0123456789abcdef)\n\nrunning 3 tests\ntest copy ... ok\n\nthread 'test_bytes_mut_reuse' has overflowed its stack\nfatal runtime error: stack overflow, aborting\nerror: test failed, to rerun pass `--test test_buf_mut`\n";
+        for text in [format!("{stdout}{stderr}"), joined.to_string()] {
+            let r = parse_cargo(&text).unwrap();
+            assert_eq!(
+                r.failed.iter().collect::<Vec<_>>(),
+                ["test_buf_mut(tests/test_buf_mut.rs)::test_bytes_mut_reuse"],
+                "{text}"
+            );
+            assert!(r.passed.contains("test_buf(tests/test_buf.rs)::a"));
+        }
     }
 
     #[test]
