@@ -340,7 +340,7 @@ fn parse_cargo(text: &str) -> Option<TestReport> {
     let stdout_hdr = re(r"^---- (.+?) std(?:out|err) ----$");
     // A test that overflows its stack kills its whole binary before any result line: the
     // runtime names it on stderr, which follows its binary's `Running` line in both layouts.
-    let overflowed = re(r"^thread '(.+?)' has overflowed its stack$");
+    let overflowed = re(r"^thread '(.+?)'(?: \(\d+\))? has overflowed its stack$");
     let mut acc = Acc {
         lists_passes: true,
         ..Acc::default()
@@ -1433,7 +1433,7 @@ mod tests {
     fn cargo_a_test_that_overflows_its_stack_fails_by_name() {
         let stdout = "running 2 tests\ntest a ... ok\ntest b ... ok\n\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\nrunning 3 tests\ntest copy ... ok\n";
         let stderr = "     Running tests/test_buf.rs (target/debug/deps/test_buf-0123456789abcdef)\n     Running tests/test_buf_mut.rs (target/debug/deps/test_buf_mut-0123456789abcdef)\n\nthread 'test_bytes_mut_reuse' has overflowed its stack\nfatal runtime error: stack overflow, aborting\nerror: test failed, to rerun pass `--test test_buf_mut`\n";
-        let joined = "     Running tests/test_buf.rs (target/debug/deps/test_buf-0123456789abcdef)\nrunning 2 tests\ntest a ... ok\ntest b ... ok\n\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\n     Running tests/test_buf_mut.rs (target/debug/deps/test_buf_mut-0123456789abcdef)\n\nrunning 3 tests\ntest copy ... ok\n\nthread 'test_bytes_mut_reuse' has overflowed its stack\nfatal runtime error: stack overflow, aborting\nerror: test failed, to rerun pass `--test test_buf_mut`\n";
+        let joined = "     Running tests/test_buf.rs (target/debug/deps/test_buf-0123456789abcdef)\nrunning 2 tests\ntest a ... ok\ntest b ... ok\n\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\n     Running tests/test_buf_mut.rs (target/debug/deps/test_buf_mut-0123456789abcdef)\n\nrunning 3 tests\ntest copy ... ok\n\nthread 'test_bytes_mut_reuse' (8095) has overflowed its stack\nfatal runtime error: stack overflow, aborting\nerror: test failed, to rerun pass `--test test_buf_mut`\n";
         for text in [format!("{stdout}{stderr}"), joined.to_string()] {
             let r = parse_cargo(&text).unwrap();
             assert_eq!(
