@@ -43,6 +43,82 @@ const ETC_SECRETS: &[&str] = &[
     "/etc/git-agent",
 ];
 
+/// Files inside a bound toolchain directory that hold credentials, never in view (issue 41):
+/// the path below the toolchain directory (`*` stands for any one directory name), and what
+/// it is. A toolchain needs its binaries, toolchains and package caches; none of these.
+const TOOLCHAIN_SECRETS: &[(&str, &str)] = &[
+    ("credentials.toml", "Cargo's registry tokens"),
+    ("credentials", "Cargo's registry tokens (old name)"),
+    (".npmrc", "npm's registry tokens"),
+    ("etc/npmrc", "npm's global configuration (registry tokens)"),
+    (
+        "versions/node/*/etc/npmrc",
+        "npm's global configuration (registry tokens)",
+    ),
+    (
+        "tools/image/node/*/etc/npmrc",
+        "npm's global configuration (registry tokens)",
+    ),
+    (".yarnrc.yml", "yarn's registry tokens"),
+    (".pypirc", "PyPI upload credentials"),
+    ("pip.conf", "pip's configuration (index credentials)"),
+    (
+        "versions/*/pip.conf",
+        "pip's configuration (index credentials)",
+    ),
+    (".netrc", "host passwords"),
+    (".git-credentials", "git's stored credentials"),
+    (".gem/credentials", "RubyGems' API key"),
+    (".docker/config.json", "registry credentials"),
+];
+
+/// Cargo's configuration files, hidden only when they hold a registry token (they also hold
+/// what a build needs: source replacement, target settings).
+const CARGO_CONFIGS: &[&str] = &["config.toml", "config"];
+
+/// The credential files inside the toolchain directory `dir` ([`TOOLCHAIN_SECRETS`], and a
+/// Cargo configuration that holds a token), with what each is.
+fn toolchain_secrets(dir: &Path) -> Vec<(PathBuf, &'static str)> {
+    let mut out = Vec::new();
+    for (pattern, what) in TOOLCHAIN_SECRETS {
+        for p in expand(dir, pattern) {
+            if std::fs::symlink_metadata(&p).is_ok() {
+                out.push((p, *what));
+            }
+        }
+    }
+    for name in CARGO_CONFIGS {
+        let p = dir.join(name);
+        let holds_token = std::fs::read_to_string(&p).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with("token") && l["token".len()..].trim_start().starts_with('=')
+            })
+        });
+        if holds_token {
+            out.push((p, "Cargo's configuration with a registry token"));
+        }
+    }
+    out
+}
+
+/// `dir` joined with `pattern`, each `*` component standing for every directory there.
+fn expand(dir: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut at = vec![dir.to_path_buf()];
+    for part in pattern.split('/') {
+        at = if part == "*" {
+            at.iter()
+                .filter_map(|d| std::fs::read_dir(d).ok())
+                .flat_map(|rd| rd.flatten().map(|e| e.path()))
+                .filter(|p| p.is_dir())
+                .collect()
+        } else {
+            at.into_iter().map(|d| d.join(part)).collect()
+        };
+    }
+    at
+}
+
 /// Directories right under `$HOME` that are toolchain homes, bound whole when a `PATH` entry
 /// (or a variable naming a toolchain home) lies inside one.
 const HOME_TOOLCHAINS: &[&str] = &[
@@ -118,6 +194,8 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
     let mut toolchains: Vec<PathBuf> = Vec::new();
     let mut refused = Vec::new();
     let mut why = std::collections::HashMap::new();
+    // Credential files inside the toolchain directories, hidden once those are bound.
+    let mut hidden: Vec<PathBuf> = Vec::new();
     let mut origin: std::collections::HashMap<PathBuf, String> = Default::default();
     for s in SYSTEM {
         let p = Path::new(s);
@@ -198,6 +276,13 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
             t.clone(),
             origin.remove(t).unwrap_or_else(|| "toolchain".into()),
         );
+        for (secret, what) in toolchain_secrets(t) {
+            why.insert(
+                secret.clone(),
+                format!("credential in a toolchain home: {what}"),
+            );
+            hidden.push(secret);
+        }
         mounts.push(Mount::Bind {
             src: t.clone(),
             dest: t.clone(),
@@ -295,6 +380,9 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
                 mounts.push(Mount::Hide { dest: e.path() });
             }
         }
+    }
+    for dest in hidden {
+        mounts.push(Mount::Hide { dest });
     }
     for h in i.hide {
         let dest = std::fs::canonicalize(h).unwrap_or_else(|_| h.clone());
@@ -438,6 +526,86 @@ mod tests {
             },
             env: &env,
         })
+    }
+
+    /// Issue 41 point 1: a bound toolchain home keeps its binaries and caches in view, never
+    /// its credential files — a registry token in `~/.cargo/credentials.toml` was readable.
+    #[test]
+    fn credentials_inside_toolchain_homes_are_hidden() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let home = root.join("home/me");
+        let node = home.join(".nvm/versions/node/v20.1.0");
+        let files = [
+            (home.join(".cargo/bin/cargo"), "bin"),
+            (
+                home.join(".cargo/credentials.toml"),
+                "[registry]\ntoken = \"s\"\n",
+            ),
+            (
+                home.join(".cargo/config.toml"),
+                "[registries.corp]\ntoken = \"s\"\n",
+            ),
+            (home.join(".cargo/registry/cache/x.crate"), "crate"),
+            (node.join("bin/node"), "bin"),
+            (
+                node.join("etc/npmrc"),
+                "//registry.npmjs.org/:_authToken=s\n",
+            ),
+            (home.join(".pyenv/shims/python"), "bin"),
+            (
+                home.join(".pyenv/versions/3.11.9/pip.conf"),
+                "[global]\nindex-url = https://u:s@x\n",
+            ),
+            (home.join(".pyenv/.netrc"), "machine x password s\n"),
+        ];
+        for (p, body) in &files {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, body).unwrap();
+        }
+        let wt = root.join("repos/a");
+        std::fs::create_dir_all(&wt).unwrap();
+        let path = [
+            home.join(".cargo/bin"),
+            node.join("bin"),
+            home.join(".pyenv/shims"),
+        ]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+        let hidden = |v: &View| -> Vec<PathBuf> {
+            let mut h: Vec<PathBuf> = v
+                .mounts
+                .iter()
+                .filter_map(|m| match m {
+                    Mount::Hide { dest } if dest.starts_with(&home) => Some(dest.clone()),
+                    _ => None,
+                })
+                .collect();
+            h.sort();
+            h
+        };
+        let v = build_with(&home, &wt, path.clone());
+        assert_eq!(
+            hidden(&v),
+            vec![
+                home.join(".cargo/config.toml"),
+                home.join(".cargo/credentials.toml"),
+                node.join("etc/npmrc"),
+                home.join(".pyenv/.netrc"),
+                home.join(".pyenv/versions/3.11.9/pip.conf"),
+            ]
+        );
+        assert!(
+            v.why[&home.join(".cargo/credentials.toml")].contains("Cargo's registry tokens"),
+            "{:?}",
+            v.why
+        );
+        // A Cargo configuration without a token is what builds need: it stays.
+        std::fs::write(home.join(".cargo/config.toml"), "[net]\noffline = true\n").unwrap();
+        let v = build_with(&home, &wt, path);
+        assert!(!hidden(&v).contains(&home.join(".cargo/config.toml")));
     }
 
     // Guards the rule that a toolchain on PATH brings its home, never $HOME or its parents.

@@ -129,11 +129,21 @@ fn machine() -> Machine {
             format!("api_key = \"{CANARY}\"\n"),
         ),
         ("app-key.pem", format!("{CANARY}\n")),
+        // A toolchain home on PATH (bound read-only) with a registry token in it.
+        (
+            ".cargo/bin/cargo-tool",
+            "#!/bin/sh\necho tool-ran\n".to_string(),
+        ),
+        (
+            ".cargo/credentials.toml",
+            format!("[registry]\ntoken = \"{CANARY}\"\n"),
+        ),
     ] {
         let p = home.join(f);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, body).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mode = if f.contains("/bin/") { 0o700 } else { 0o600 };
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     let state = root.join("state");
     let sibling = state.join("repos/other/repo.git");
@@ -187,6 +197,14 @@ where
 {
     // SAFETY: the inner test runs alone in its process and no thread has started yet.
     unsafe { std::env::set_var("HOME", &m.home) };
+    let path = std::env::var("PATH").unwrap_or_default();
+    // SAFETY: as above.
+    unsafe {
+        std::env::set_var(
+            "PATH",
+            format!("{}:{path}", m.home.join(".cargo/bin").display()),
+        )
+    };
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -230,7 +248,6 @@ fn inner_nothing_outside_the_view_is_readable() {
             m.home.join(".ssh"),
             m.home.join(".config/git-agent/config.toml"),
             m.home.join("app-key.pem"),
-            m.home.clone(),
             m.sibling.clone(),
             m.sibling.join("conversation.jsonl"),
             m.state_db.clone(),
@@ -251,6 +268,26 @@ fn inner_nothing_outside_the_view_is_readable() {
             "something outside the view is present:\n{t}"
         );
         assert!(!t.contains(CANARY), "a canary leaked:\n{t}");
+        // The toolchain home is in view and its tools run; its credentials file is empty.
+        let out = sh(
+            &exec,
+            &format!(
+                "cargo-tool; cat '{}' 2>&1; echo creds-end",
+                m.home.join(".cargo/credentials.toml").display()
+            ),
+        )
+        .await;
+        let t = text(&out);
+        assert!(t.contains("tool-ran") && t.contains("creds-end"), "{t}");
+        assert!(!t.contains(CANARY), "a registry token leaked:\n{t}");
+        // Of $HOME, only the toolchain home on PATH is there.
+        let out = sh(&exec, &format!("ls -A '{}'", m.home.display())).await;
+        assert_eq!(
+            out.stdout.to_text_lossy().trim(),
+            ".cargo",
+            "{}",
+            text(&out)
+        );
         // The worktree is there, read-write; its .git read-only.
         let out = sh(
             &exec,
