@@ -85,6 +85,14 @@ pub fn seed_checkout(kept: &Path, root: &Path, unchanged: &dyn Fn(&str) -> bool)
     };
     let dirs: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
     let mut bytes = 0u64;
+    // Written from outside the sandbox into a tree the change controls: only where nothing
+    // is yet, under real directories — a committed `target` link would lead the copy out.
+    let dirs: Vec<&str> = dirs
+        .into_iter()
+        .filter(|d| {
+            std::fs::symlink_metadata(root.join(d)).is_err() && real_dirs_to(root, d, false)
+        })
+        .collect();
     for d in &dirs {
         copy_tree(&kept.join(d), &root.join(d), &mut bytes, u64::MAX)?;
     }
@@ -96,7 +104,7 @@ pub fn seed_checkout(kept: &Path, root: &Path, unchanged: &dyn Fn(&str) -> bool)
 /// `target` at the root and one directory down, where cargo marked it as its own.
 fn build_dirs(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    if root.join("target/CACHEDIR.TAG").is_file() {
+    if real_dirs_to(root, "target", true) && root.join("target/CACHEDIR.TAG").is_file() {
         out.push("target".to_string());
     }
     if let Ok(entries) = std::fs::read_dir(root) {
@@ -105,13 +113,32 @@ fn build_dirs(root: &Path) -> Vec<String> {
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .filter_map(|e| e.file_name().to_str().map(str::to_string))
             .filter(|n| !n.starts_with('.') && n != "target")
-            .filter(|n| root.join(n).join("target/CACHEDIR.TAG").is_file())
+            .filter(|n| {
+                let d = format!("{n}/target");
+                real_dirs_to(root, &d, true) && root.join(&d).join("CACHEDIR.TAG").is_file()
+            })
             .map(|n| format!("{n}/target"))
             .collect();
         subs.sort();
         out.extend(subs);
     }
     out
+}
+
+/// Whether every directory on the way from `root` to `rela` is a real directory, not a link
+/// (`rela` itself too when `itself`; a component may be absent): a link there would take a
+/// copy out of the tree, from a place the tree's owner chose.
+fn real_dirs_to(root: &Path, rela: &str, itself: bool) -> bool {
+    let parts: Vec<&str> = rela.split('/').collect();
+    let upto = if itself { parts.len() } else { parts.len() - 1 };
+    let mut at = root.to_path_buf();
+    parts[..upto].iter().all(|p| {
+        at.push(p);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) => m.is_dir(),
+            Err(_) => true,
+        }
+    })
 }
 
 /// Copy the tree at `from` to `to` (files with their mode and modification time, links as
@@ -246,6 +273,37 @@ mod tests {
             std::fs::read_to_string(kept.join("target/debug/deps/libx.rlib")).unwrap(),
             "rlib"
         );
+    }
+
+    /// A tree whose `target` (or a directory above one) is a link never has the build
+    /// copied through it, either way: a committed `target -> elsewhere` would have the agent
+    /// write outside the checkout, or read another project's build into it.
+    #[test]
+    fn a_linked_build_directory_is_neither_kept_nor_seeded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (wt, kept, checkout, outside) = (
+            tmp.path().join("wt"),
+            tmp.path().join("kept"),
+            tmp.path().join("co"),
+            tmp.path().join("outside"),
+        );
+        write(&outside, "target/CACHEDIR.TAG", "tag");
+        write(&outside, "target/debug/deps/libother.rlib", "other");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::os::unix::fs::symlink(outside.join("target"), wt.join("target")).unwrap();
+        std::os::unix::fs::symlink(&outside, wt.join("sub")).unwrap();
+        assert_eq!(keep_build(&wt, &kept, u64::MAX).unwrap(), None);
+
+        std::fs::remove_file(wt.join("target")).unwrap();
+        write(&wt, "target/CACHEDIR.TAG", "tag");
+        write(&wt, "target/debug/deps/libx.rlib", "rlib");
+        keep_build(&wt, &kept, u64::MAX).unwrap().unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::create_dir_all(&checkout).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, checkout.join("target")).unwrap();
+        assert_eq!(seed_checkout(&kept, &checkout, &|_| true).unwrap(), 0);
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     }
 
     /// Too big, or never finished: nothing seeds.
