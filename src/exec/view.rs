@@ -82,9 +82,17 @@ fn toolchain_secrets(dir: &Path) -> Vec<(PathBuf, &'static str)> {
     let mut out = Vec::new();
     for (pattern, what) in TOOLCHAIN_SECRETS {
         for p in expand(dir, pattern) {
-            if std::fs::symlink_metadata(&p).is_ok() {
-                out.push((p, *what));
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            // A link is left as it is in the view; what it leads to is what must go (a
+            // dotfile manager links `~/.cargo/credentials.toml` to a file of its own).
+            if meta.file_type().is_symlink()
+                && let Ok(target) = std::fs::canonicalize(&p)
+            {
+                out.push((target, *what));
             }
+            out.push((p, *what));
         }
     }
     for name in CARGO_CONFIGS {
@@ -601,6 +609,20 @@ mod tests {
             v.why[&home.join(".cargo/credentials.toml")].contains("Cargo's registry tokens"),
             "{:?}",
             v.why
+        );
+        // A credentials file that is a link: the file it leads to is hidden too.
+        let store = root.join("dotfiles/cargo-credentials.toml");
+        std::fs::create_dir_all(store.parent().unwrap()).unwrap();
+        std::fs::write(&store, "token = \"s\"\n").unwrap();
+        std::fs::remove_file(home.join(".cargo/credentials.toml")).unwrap();
+        std::os::unix::fs::symlink(&store, home.join(".cargo/credentials.toml")).unwrap();
+        let v = build_with(&home, &wt, path.clone());
+        assert!(
+            v.mounts
+                .iter()
+                .any(|m| matches!(m, Mount::Hide { dest } if dest == &store)),
+            "{:?}",
+            v.mounts
         );
         // A Cargo configuration without a token is what builds need: it stays.
         std::fs::write(home.join(".cargo/config.toml"), "[net]\noffline = true\n").unwrap();

@@ -164,6 +164,13 @@ fn set_read_only(ctx: &ToolContext, led: &Ledger<'_>) {
 /// environment of the run's own tree when it set one up, else the base's.
 fn exec_options(led: &Ledger<'_>) -> ExecOptions {
     let setup = led.rec.setup_run.as_ref().or(led.rec.setup.as_ref());
+    options_with(led, setup)
+}
+
+/// The front door's executor options with the environment `setup` and the lints the base's
+/// code needs forced (`RunRecord::forced_warn_lints`): what every test command of the run
+/// gets, in the worktree or a clean checkout.
+fn options_with(led: &Ledger<'_>, setup: Option<&super::record::SetupRecord>) -> ExecOptions {
     let mut opts = super::environment::exec_options(&led.svc.exec_options, setup);
     opts.env.extend(forced_lints_env(led));
     opts
@@ -241,8 +248,7 @@ pub(super) fn executor_at(
     tree: &crate::workspace::CleanTree,
     setup: Option<&super::record::SetupRecord>,
 ) -> Result<Arc<dyn Executor>> {
-    let mut opts = super::environment::exec_options(&led.svc.exec_options, setup);
-    opts.env.extend(forced_lints_env(led));
+    let mut opts = options_with(led, setup);
     opts.bind.push(tree.objects().to_path_buf());
     Ok(bounded(
         led.svc,
