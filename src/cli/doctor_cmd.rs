@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::context;
 use crate::config::Settings;
-use crate::exec::{ExecOptions, Explanation, explain};
+use crate::exec::{Explanation, explain};
 
 /// Arguments of `git agent doctor`.
 #[derive(Debug, clap::Args)]
@@ -318,6 +318,7 @@ fn run_section(repo: Option<&std::path::Path>, json: bool) -> anyhow::Result<Sec
             progress: progress.callback(),
             state_dir: None,
             without_model: true,
+            secrets: Vec::new(),
         },
     )?;
     let task = Task {
@@ -403,8 +404,13 @@ fn check_run_section(rec: &crate::run::record::RunRecord) -> Section {
     }
 }
 
+/// The sandbox a run here would get, every secret a setting names hidden: those of this
+/// machine's git configuration, `sandbox.hide`, and the bot's key files as its variables name
+/// them (`git agent serve` started here reads the same ones).
 fn explain_for(ctx: &Context) -> Explanation {
-    explain(&ctx.worktree, ExecOptions::from_settings(&ctx.settings))
+    let secrets = super::serve_cmd::secret_files_from_env();
+    let opts = crate::run::services::exec_options(&ctx.settings, &ctx.worktree, secrets);
+    explain(&ctx.worktree, opts)
 }
 
 /// The doctor's first section: the sandbox.

@@ -146,6 +146,7 @@ pub(super) fn services(
         progress: progress.callback.clone(),
         state_dir: None,
         without_model: false,
+        secrets: Vec::new(),
     };
     Ok(services::build(repo, cfg, opts)?)
 }

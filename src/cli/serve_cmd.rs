@@ -9,6 +9,7 @@ use anyhow::{Context as _, bail};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
+use crate::exec::Secret;
 use crate::server::github::{Credentials, GitHubRunner};
 use crate::server::publisher::EnginePublisher;
 use crate::server::{self, AppState, JobRunner, WorkerOptions};
@@ -205,6 +206,75 @@ fn init_tracing(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The secret files the bot's settings name (flags, or the variables they default to), each
+/// with the setting that named it: out of every command's view (issue 41 point 2).
+fn secret_files(args: &Args) -> Vec<Secret> {
+    let env_key = std::env::var("GIT_AGENT_APP_KEY").ok();
+    named_secret_files(
+        [
+            (
+                args.app_key_file.as_deref(),
+                "--app-key-file (GIT_AGENT_APP_KEY_FILE)",
+            ),
+            (
+                args.webhook_secret_file.as_deref(),
+                "--webhook-secret-file (GIT_AGENT_WEBHOOK_SECRET_FILE)",
+            ),
+            (
+                args.status_token_file.as_deref(),
+                "--status-token-file (GIT_AGENT_STATUS_TOKEN_FILE)",
+            ),
+        ],
+        env_key.as_deref(),
+    )
+}
+
+/// The bot's secret files as its variables name them, for `git agent sandbox --explain` and
+/// the doctor on the machine `serve` runs on.
+pub(super) fn secret_files_from_env() -> Vec<Secret> {
+    let var = |v: &str| {
+        std::env::var_os(v)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let (key, webhook, status) = (
+        var("GIT_AGENT_APP_KEY_FILE"),
+        var("GIT_AGENT_WEBHOOK_SECRET_FILE"),
+        var("GIT_AGENT_STATUS_TOKEN_FILE"),
+    );
+    let env_key = std::env::var("GIT_AGENT_APP_KEY").ok();
+    named_secret_files(
+        [
+            (key.as_deref(), "GIT_AGENT_APP_KEY_FILE"),
+            (webhook.as_deref(), "GIT_AGENT_WEBHOOK_SECRET_FILE"),
+            (status.as_deref(), "GIT_AGENT_STATUS_TOKEN_FILE"),
+        ],
+        env_key.as_deref(),
+    )
+}
+
+/// `files` that are set, and `GIT_AGENT_APP_KEY` when it holds a path rather than the PEM
+/// text.
+fn named_secret_files(files: [(Option<&Path>, &str); 3], app_key: Option<&str>) -> Vec<Secret> {
+    let mut out: Vec<Secret> = files
+        .into_iter()
+        .filter_map(|(p, named_by)| p.map(|p| Secret::new(absolute(p), named_by)))
+        .collect();
+    if let Some(k) = app_key.filter(|k| !k.is_empty() && !k.trim_start().starts_with("-----BEGIN"))
+    {
+        out.push(Secret::new(
+            absolute(Path::new(k)),
+            "GIT_AGENT_APP_KEY (a path)",
+        ));
+    }
+    out
+}
+
+/// `p` from the current directory when relative, as the server reads it.
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 /// Run the server until SIGINT or SIGTERM.
 pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
     init_tracing(log, args.log_format)?;
@@ -284,7 +354,7 @@ pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
             trigger: crate::config::TriggerConfig::default(),
             trigger_options: crate::trigger::Options::default(),
             git_base: args.git_base.clone(),
-            publisher: Arc::new(EnginePublisher::new(state.clone())),
+            publisher: Arc::new(EnginePublisher::new(state.clone()).hiding(secret_files(&args))),
         });
         let lease = Duration::from_secs(args.lease_secs.max(1));
         let opts = WorkerOptions {

@@ -39,6 +39,7 @@ mod local;
 pub mod proxy;
 #[allow(unsafe_code)]
 mod sandbox;
+mod secrets;
 #[allow(unsafe_code)]
 mod spawner;
 mod view;
@@ -57,6 +58,7 @@ pub use explain::{Explanation, ViewEntry, explain};
 pub use local::LocalExecutor;
 pub use proxy::{BlockedHost, EgressProxy};
 pub use sandbox::{Mechanism, SandboxReport, SandboxSupport, probe};
+pub use secrets::{Secret, from_git as secrets_from_git};
 pub use view::{VIEW_HOME, VIEW_TMP};
 
 use crate::config::{NetworkMode, SandboxMode, Settings};
@@ -250,9 +252,10 @@ pub struct ExecOptions {
     pub env: Vec<(String, String)>,
     /// Directories put before the `PATH` every command gets (a set-up's `venv/bin`).
     pub path_prefix: Vec<PathBuf>,
-    /// Paths covered with an empty read-only file or directory in the view (`sandbox.hide`;
-    /// e.g. the GitHub App key file when it lies under a bound directory).
-    pub hide: Vec<PathBuf>,
+    /// Secrets the configuration names, each covered with an empty read-only file or
+    /// directory in the view wherever it lies (`sandbox.hide`, the bot's key files, what
+    /// git's configuration names: [`secrets_from_git`]).
+    pub hide: Vec<Secret>,
     /// As root with a pids cgroup: fork commands from a spawner process that joined its
     /// pids cgroup once, when the executor was made, so starting a command moves no process
     /// between cgroups (a cold move waits for an RCU grace period: about 13 ms on a cgroup v1
@@ -293,7 +296,11 @@ impl ExecOptions {
             network_allow: settings.policy.network_allow.clone(),
             timeout: Duration::from_secs(u64::from(settings.verify.timeout_minutes.max(1)) * 60),
             bind: sb.bind.clone(),
-            hide: sb.hide.clone(),
+            hide: sb
+                .hide
+                .iter()
+                .map(|p| Secret::new(p.clone(), "sandbox.hide"))
+                .collect(),
             limits: Limits {
                 memory_bytes: mib(sb.memory_mb, d.memory_bytes),
                 tmp_bytes: mib(sb.tmp_mb, d.tmp_bytes),

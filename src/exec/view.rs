@@ -179,8 +179,8 @@ pub(crate) struct ViewInputs<'a> {
     /// Read-only directories bound into the worktree (`ExecOptions::project_binds`), their
     /// bases canonical.
     pub project_binds: &'a [crate::exec::ProjectBind],
-    /// Extra paths to cover (`sandbox.hide`).
-    pub hide: &'a [PathBuf],
+    /// Secrets the configuration names (`ExecOptions::hide`).
+    pub hide: &'a [super::secrets::Secret],
     pub network: NetworkMode,
     pub sizes: Sizes,
     /// Variable lookup (the agent's environment in production).
@@ -392,10 +392,9 @@ pub(crate) fn build(i: &ViewInputs<'_>) -> View {
     for dest in hidden {
         mounts.push(Mount::Hide { dest });
     }
-    for h in i.hide {
-        let dest = std::fs::canonicalize(h).unwrap_or_else(|_| h.clone());
-        why.insert(dest.clone(), "configured: sandbox.hide".into());
-        mounts.push(Mount::Hide { dest });
+    for s in super::secrets::resolve(i.hide.to_vec(), home.as_deref()) {
+        why.insert(s.path.clone(), format!("secret named by {}", s.named_by));
+        mounts.push(Mount::Hide { dest: s.path });
     }
     why.insert("/proc".into(), "the command's own pid namespace".into());
     why.insert("/dev".into(), "minimal device files".into());

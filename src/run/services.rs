@@ -2,14 +2,14 @@
 //! the Action, the bot) composes its [`Services`] here, so that none of them has a way of its
 //! own to pick models, mask secrets or read the repository's configuration.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::engine::{RunEvent, Services};
 use super::error::{Error, Result};
 use crate::audit::redact::Redactor;
 use crate::config::{self, Config, Layer, Source};
-use crate::exec::ExecOptions;
+use crate::exec::{ExecOptions, Secret};
 use crate::model::{ResumeState, Role, Router, RouterOptions};
 use crate::workspace::Repo;
 
@@ -66,6 +66,9 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// Build without a coder model: for a run that calls none (`doctor --run`'s check).
     pub without_model: bool,
+    /// Secret files the front door's own settings name (the bot's key files), hidden from
+    /// every command's view with those git's configuration and `sandbox.hide` name.
+    pub secrets: Vec<Secret>,
 }
 
 impl Options {
@@ -79,8 +82,20 @@ impl Options {
             progress: Arc::new(|e: &RunEvent| tracing::debug!(event = ?e, "run progress")),
             state_dir: None,
             without_model: false,
+            secrets: Vec::new(),
         }
     }
+}
+
+/// The executor options of `cfg`, with every secret a setting names hidden from the view:
+/// the front door's `secrets`, `sandbox.hide`, and what git's configuration read in `dir`
+/// (the repository's) names.
+pub fn exec_options(settings: &config::Settings, dir: &Path, secrets: Vec<Secret>) -> ExecOptions {
+    let mut opts = ExecOptions::from_settings(settings);
+    let env = |k: &str| std::env::var_os(k);
+    opts.hide.extend(secrets);
+    opts.hide.extend(crate::exec::secrets_from_git(dir, &env));
+    opts
 }
 
 /// The services of a run over `cfg`: the model router (failing when no coder model is
@@ -123,7 +138,11 @@ pub fn build(repo: Repo, cfg: Config, opts: Options) -> Result<Services> {
     .filter_map(|p| p.api_key_env.clone())
     .collect();
     let redactor = Redactor::from_process_env(&key_names)?;
-    let exec_options = ExecOptions::from_settings(&cfg.settings);
+    let dir = repo
+        .workdir()
+        .unwrap_or_else(|| repo.git_dir())
+        .to_path_buf();
+    let exec_options = exec_options(&cfg.settings, &dir, opts.secrets);
     Ok(Services {
         config: cfg,
         repo,

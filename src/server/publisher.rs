@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::github::{Publisher, Target};
 use super::runner::{JobOutcome, RunSummary};
 use super::{Error, Result};
+use crate::exec::Secret;
 use crate::run::publish::{self, Fetch, Lookup, Published, Resolved};
 use crate::run::services;
 use crate::task::RepoRef;
@@ -23,13 +24,26 @@ use crate::workspace::{Credentials as GitCredentials, Repo};
 /// `STATE_DIR/worktrees/<repo-key>/`.
 pub struct EnginePublisher {
     state: PathBuf,
+    /// The bot's own secret files (App key, webhook secret, status token), hidden from every
+    /// command of every run.
+    secrets: Vec<Secret>,
 }
 
 impl EnginePublisher {
     /// A publisher keeping its mirrors and run worktrees under `state` (the bot's
     /// `STATE_DIR`).
     pub fn new(state: PathBuf) -> Self {
-        EnginePublisher { state }
+        EnginePublisher {
+            state,
+            secrets: Vec::new(),
+        }
+    }
+
+    /// This publisher with `secrets` (the files the bot's settings name) out of every
+    /// run's view.
+    pub fn hiding(mut self, secrets: Vec<Secret>) -> Self {
+        self.secrets = secrets;
+        self
     }
 }
 
@@ -53,6 +67,7 @@ impl Publisher for EnginePublisher {
     ) -> Result<JobOutcome> {
         let what = job_name(&repo, &outcome);
         let state = self.state.clone();
+        let secrets = self.secrets.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The engine's future is not Send (a repository handle is not Sync): it gets a thread
         // and a current-thread runtime of its own.
@@ -72,7 +87,7 @@ impl Publisher for EnginePublisher {
                         }
                     };
                     tokio::select! {
-                        r = run_and_publish(&state, &repo, outcome, target, stop.clone()) => r,
+                        r = run_and_publish(&state, secrets, &repo, outcome, target, stop.clone()) => r,
                         () = dropped => Err("cancelled".to_string()),
                     }
                 }),
@@ -127,6 +142,7 @@ fn summary(p: &Published) -> RunSummary {
 /// with every cause (`{:#}`-style) for the job's record.
 async fn run_and_publish(
     state: &Path,
+    secrets: Vec<Secret>,
     repo_ref: &RepoRef,
     outcome: Outcome,
     target: Target,
@@ -154,6 +170,7 @@ async fn run_and_publish(
     let models = prepared.models(Vec::new());
     let mut opts = services::Options::traced(models.clone());
     opts.state_dir = Some(state.to_path_buf());
+    opts.secrets = secrets;
     opts.resume = prepared.resume_state();
     let mut svc = services::build(repo, cfg, opts).map_err(text)?;
     // Several workers share a mirror: each run checks out its own worktree.

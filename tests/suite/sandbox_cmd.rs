@@ -40,6 +40,7 @@ fn setup() -> Setup {
     let extra = root.join("shared/cache");
     std::fs::create_dir_all(&extra).unwrap();
     std::fs::write(extra.join("key.pem"), "secret\n").unwrap();
+    std::fs::write(extra.join("data.txt"), "not a secret\n").unwrap();
     let config = root.join("config");
     std::fs::create_dir_all(config.join("git-agent")).unwrap();
     std::fs::write(
@@ -61,6 +62,10 @@ fn setup() -> Setup {
 }
 
 fn agent(s: &Setup, args: &[&str], cwd: &Path) -> (i32, String, String) {
+    agent_env(s, args, cwd, &[])
+}
+
+fn agent_env(s: &Setup, args: &[&str], cwd: &Path, env: &[(&str, &Path)]) -> (i32, String, String) {
     let path = format!(
         "{}:{}",
         s.tool.join("bin").display(),
@@ -72,6 +77,7 @@ fn agent(s: &Setup, args: &[&str], cwd: &Path) -> (i32, String, String) {
         .env("XDG_CONFIG_HOME", &s.config)
         .env("PATH", path)
         .env("GIT_AGENT_LOG", "warn")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
@@ -85,6 +91,58 @@ fn line_of<'a>(out: &'a str, target: &str) -> &'a str {
     out.lines()
         .find(|l| l.trim_start().starts_with(&format!("{target} ")))
         .unwrap_or_else(|| panic!("no line for {target} in:\n{out}"))
+}
+
+// Issue 41 point 2: secrets named by the bot's variables and by git's configuration are
+// listed as hidden with the setting that named each, inside a bound directory or not.
+#[test]
+fn sandbox_explain_lists_the_secrets_settings_name() {
+    let s = setup();
+    let keys = s.extra.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    for f in ["app.pem", "status.token", "store", "id_deploy"] {
+        std::fs::write(keys.join(f), "secret\n").unwrap();
+    }
+    std::fs::write(keys.join("README"), "keys live here\n").unwrap();
+    let gitconfig = s.extra.join("gitconfig");
+    std::fs::write(
+        &gitconfig,
+        format!(
+            "[credential]\n\thelper = store --file {}\n[core]\n\tsshCommand = ssh -i '{}'\n",
+            keys.join("store").display(),
+            keys.join("id_deploy").display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = agent_env(
+        &s,
+        &["sandbox", "--explain"],
+        &s.repo,
+        &[
+            ("GIT_AGENT_APP_KEY_FILE", &keys.join("app.pem")),
+            ("GIT_AGENT_STATUS_TOKEN_FILE", &keys.join("status.token")),
+            ("GIT_CONFIG_GLOBAL", &gitconfig),
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    for (file, setting) in [
+        ("app.pem", "GIT_AGENT_APP_KEY_FILE"),
+        ("status.token", "GIT_AGENT_STATUS_TOKEN_FILE"),
+        ("store", "credential.helper (git config)"),
+        ("id_deploy", "core.sshCommand (git config)"),
+    ] {
+        let line = line_of(&out, &keys.join(file).display().to_string());
+        assert!(
+            line.contains(&format!(
+                "hidden (covered with an empty read-only one)  (secret named by {setting})"
+            )),
+            "{line}\n{out}"
+        );
+    }
+    assert!(
+        !out.contains(&keys.join("README").display().to_string()),
+        "{out}"
+    );
 }
 
 // Guards `--explain`: each bind with its source, access and reason (system, toolchain from
@@ -120,8 +178,9 @@ fn sandbox_explain_prints_the_view_of_the_repository() {
         "{out}"
     );
     assert!(
-        line_of(&out, &s.extra.join("key.pem").display().to_string())
-            .contains("hidden (covered with an empty read-only one)  (configured: sandbox.hide)"),
+        line_of(&out, &s.extra.join("key.pem").display().to_string()).contains(
+            "hidden (covered with an empty read-only one)  (secret named by sandbox.hide)"
+        ),
         "{out}"
     );
     assert!(

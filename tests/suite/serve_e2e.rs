@@ -43,6 +43,8 @@ pub(super) struct World {
     pub(super) remote: std::path::PathBuf,
     pub(super) fake: std::sync::Arc<Fake>,
     model: String,
+    /// Variables the bot gets on top of (or, when `None`, instead of) the defaults.
+    pub(super) serve_env: Vec<(String, Option<std::ffi::OsString>)>,
 }
 
 async fn world() -> World {
@@ -135,6 +137,7 @@ pub(super) async fn world_with(lines: &[Value]) -> World {
         remote,
         fake,
         model,
+        serve_env: Vec::new(),
     }
 }
 
@@ -158,6 +161,12 @@ impl World {
             .env("GIT_AGENT_LOG", "warn")
             .env_remove("GIT_AGENT_DATABASE_URL")
             .stdout(Stdio::null());
+        for (k, v) in &self.serve_env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
         match kill_at {
             Some(k) => cmd.env("GIT_AGENT_TEST_KILL_AT", k),
             None => cmd.env_remove("GIT_AGENT_TEST_KILL_AT"),
@@ -315,9 +324,17 @@ impl Running {
         );
     }
 
-    pub(super) fn stop(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+    pub(super) fn stop(self) {
+        drop(self);
+    }
+}
+
+/// A test that fails mid-way does not leave its bot running (it would hold the test
+/// harness's output open).
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -4,6 +4,8 @@
 //! database finds none of them in its view, and nothing of B reaches A's record, report,
 //! branch or pull request.
 
+use std::path::Path;
+
 use serde_json::{Value, json};
 
 use super::serve_e2e::{Running, edit_line, finish_line, free_port, git, world_with};
@@ -189,5 +191,112 @@ async fn a_run_for_one_repository_sees_nothing_of_another() {
         assert!(!c.contains(CANARY_B), "{c}");
     }
     w.fake.assert_clean();
+    bot.stop();
+}
+
+/// Issue 41 point 2: the files the bot's settings name as secret (its webhook-secret and
+/// status-token files) and those git's configuration names (a credential store, an SSH key)
+/// are out of a run's view even inside a directory bound into it; a file beside them that no
+/// setting names stays readable (the probe's control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_the_settings_name_are_out_of_every_runs_view() {
+    use base64::Engine as _;
+    let probe = "PROBE";
+    let mut w = world_with(&[
+        json!({"role": "planner", "tool_calls": [{"name": "update_plan", "arguments": {
+            "steps": [{"title": "Make add add", "files": ["calc.py"]}]}}]}),
+        json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": probe}}]}),
+        edit_line(),
+        finish_line(),
+    ])
+    .await;
+    let root = std::fs::canonicalize(w.tmp.path()).unwrap();
+    // A vault bound into every view (`sandbox.bind`): the bot's files alone in one directory,
+    // git's beside a file no setting names.
+    let vault = root.join("vault");
+    let files = [
+        ("bot/webhook.secret", super::server::SECRET.to_string()),
+        ("bot/status.token", "status-canary-9e1f".to_string()),
+        (
+            "git/store",
+            "https://x:git-canary-41ab@example.com\n".to_string(),
+        ),
+        ("git/deploy_key", "ssh-canary-77c0\n".to_string()),
+        ("git/README", "readable-control-5d2e\n".to_string()),
+    ];
+    for (f, body) in &files {
+        std::fs::create_dir_all(vault.join(f).parent().unwrap()).unwrap();
+        std::fs::write(vault.join(f), body).unwrap();
+    }
+    let gitconfig = root.join("gitconfig");
+    std::fs::write(
+        &gitconfig,
+        format!(
+            "[credential]\n\thelper = store --file={}\n[core]\n\tsshCommand = ssh -i {}\n",
+            vault.join("git/store").display(),
+            vault.join("git/deploy_key").display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("config/git-agent/config.toml"),
+        format!("[sandbox]\nbind = [\"{}\"]\n", vault.display()),
+    )
+    .unwrap();
+    let mut cmd = String::new();
+    for (f, _) in &files {
+        cmd.push_str(&format!(
+            "printf '{f}='; base64 -w0 < '{}' 2>/dev/null; echo; ",
+            vault.join(f).display()
+        ));
+    }
+    cmd.push_str(&format!(
+        "printf 'bot-entries='; ls -A '{}' | wc -l; echo probe-done",
+        vault.join("bot").display()
+    ));
+    let script = root.join("script.jsonl");
+    let text = std::fs::read_to_string(&script).unwrap();
+    std::fs::write(&script, text.replace(probe, &cmd)).unwrap();
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains("probe-done"), "{text}");
+    let var = |v: &Path| Some(v.as_os_str().to_owned());
+    w.serve_env = vec![
+        ("GIT_AGENT_WEBHOOK_SECRET".into(), None),
+        (
+            "GIT_AGENT_WEBHOOK_SECRET_FILE".into(),
+            var(&vault.join("bot/webhook.secret")),
+        ),
+        (
+            "GIT_AGENT_STATUS_TOKEN_FILE".into(),
+            var(&vault.join("bot/status.token")),
+        ),
+        ("GIT_CONFIG_GLOBAL".into(), var(&gitconfig)),
+    ];
+
+    let bot = Running::start(&w, free_port(), None).await;
+    assert_eq!(bot.post("issues", "s-1", &w.payload).await, 202);
+    let job = bot.finished("s-1").await;
+    assert_eq!(job.run_state.as_deref(), Some("succeeded"), "{job:?}");
+    let record = std::fs::read_to_string(
+        root.join("state/repos")
+            .join(&w.owner)
+            .join(format!("{}.git", w.name))
+            .join("agent/runs")
+            .join(job.run_id.clone().unwrap())
+            .join("conversation.jsonl"),
+    )
+    .unwrap();
+    assert!(record.contains("probe-done"), "the probe ran: {record}");
+    let seen =
+        |body: &str| record.contains(&base64::engine::general_purpose::STANDARD.encode(body));
+    for (f, body) in &files {
+        if f.ends_with("README") {
+            assert!(seen(body), "the control is readable: {record}");
+        } else {
+            assert!(!seen(body), "{f} is readable in the run's view:\n{record}");
+        }
+    }
+    // The bot's directory holds only secrets: hidden whole, its listing empty.
+    assert!(record.contains("bot-entries=0"), "{record}");
     bot.stop();
 }
