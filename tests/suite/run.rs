@@ -1652,3 +1652,92 @@ fn a_named_state_directory_with_a_dot_is_refused() {
     );
     assert_ne!(out.status.code(), Some(0));
 }
+
+/// Issue 41 point 5: the sandbox in force, as an operator reads it after a run — the audit
+/// log's `sandbox_in_force` entry (mechanism, namespaces, the view with the worktree
+/// read-write and `/etc/shadow` hidden) and the sandbox line `git agent show` prints — and,
+/// with the sandbox turned off by the user, the same two places say so.
+#[test]
+fn the_sandbox_in_force_is_in_the_audit_log_and_the_shown_report() {
+    let in_force = |f: &Fixture, run: &str| -> Value {
+        let audit = std::fs::read_to_string(f.run_dir(run).join("audit.jsonl")).unwrap();
+        let entries: Vec<Value> = audit
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e.to_string().contains("sandbox_in_force"))
+            .collect();
+        assert_eq!(entries.len(), 1, "{audit}");
+        let e = &entries[0];
+        e.pointer("/data/sandbox_in_force")
+            .cloned()
+            .unwrap_or_else(|| panic!("{e}"))
+    };
+    let script_lines = [
+        plan(&["calc.py"]),
+        edit(
+            "calc.py",
+            "def add(a, b):\n    return a - b",
+            "def add(a, b):\n    return a + b",
+        ),
+        finish(),
+    ];
+
+    let f = Fixture::new("python-add");
+    let (code, json) = f.fix(&f.script(&script_lines), &["fix add"], &[]);
+    assert_eq!(code, Some(0), "{json}");
+    let run = json["run_id"].as_str().unwrap();
+    let sb = in_force(&f, run);
+    assert_eq!(sb["mechanism"], "landlock", "{sb}");
+    assert_eq!(sb["opted_out"], false, "{sb}");
+    let namespaces = sb["namespaces"].to_string();
+    for ns in ["\"user\"", "\"mount\"", "\"pid\"", "\"network\""] {
+        assert!(namespaces.contains(ns), "{ns} missing: {sb}");
+    }
+    let view: Vec<String> = sb["view"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    let worktree = f.worktree(run);
+    for line in [
+        "/usr read-only".to_string(),
+        format!("{} read-write", worktree.display()),
+        "/etc/shadow hidden (empty)".to_string(),
+        "/tmp fresh tmpfs".to_string(),
+    ] {
+        assert!(
+            view.iter().any(|l| l.starts_with(&line)),
+            "{line} missing from the view: {view:#?}"
+        );
+    }
+    let home = std::env::var("HOME").unwrap();
+    assert!(
+        !view.iter().any(|l| l.starts_with(&format!("{home} "))),
+        "the agent's home is in the view: {view:#?}"
+    );
+    let shown = String::from_utf8_lossy(&f.agent(&["show", run], &[]).stdout).into_owned();
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with("Sandbox: "))
+        .unwrap_or_else(|| panic!("no sandbox line in:\n{shown}"));
+    assert!(line.starts_with("Sandbox: landlock: view ("), "{line}");
+    assert!(line.contains("network off"), "{line}");
+
+    // Turned off by the user: the audit log and the report say so, and the run is not
+    // called verified.
+    let f = Fixture::new("python-add");
+    f.user_config("[sandbox]\nmode = \"off\"\n");
+    let (_, json) = f.fix(&f.script(&script_lines), &["fix add"], &[]);
+    let run = json["run_id"].as_str().unwrap();
+    let sb = in_force(&f, run);
+    assert_eq!(sb["mechanism"], "none", "{sb}");
+    assert_eq!(sb["opted_out"], true, "{sb}");
+    assert_eq!(sb["view"], serde_json::json!([]), "{sb}");
+    let shown = String::from_utf8_lossy(&f.agent(&["show", run], &[]).stdout).into_owned();
+    assert!(
+        shown.contains("Sandbox: none: sandbox turned off by the user"),
+        "{shown}"
+    );
+    assert!(shown.contains("commands ran without a sandbox"), "{shown}");
+}

@@ -45,6 +45,9 @@ pub(super) struct World {
     model: String,
     /// Variables the bot gets on top of (or, when `None`, instead of) the defaults.
     pub(super) serve_env: Vec<(String, Option<std::ffi::OsString>)>,
+    /// Run the bot as `nobody` (the unprivileged path: no cgroup, no spawner); the world's
+    /// files are then handed to it.
+    pub(super) unprivileged: bool,
 }
 
 async fn world() -> World {
@@ -138,12 +141,29 @@ pub(super) async fn world_with(lines: &[Value]) -> World {
         fake,
         model,
         serve_env: Vec::new(),
+        unprivileged: false,
     }
 }
 
 impl World {
     fn serve(&self, port: u16, kill_at: Option<&str>) -> std::process::Child {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-agent"));
+        let mut cmd = if self.unprivileged {
+            let st = Command::new("chown")
+                .args(["-R", "nobody:nogroup"])
+                .arg(self.tmp.path())
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+                .arg(env!("CARGO_BIN_EXE_git-agent"))
+                // nobody cannot read root's toolchains or home; the system's are enough.
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env("HOME", self.tmp.path().join("home"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_git-agent"))
+        };
         cmd.args(["serve", "--workers", "1", "--lease-secs", "2"])
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))

@@ -18,6 +18,17 @@ const CANARY_B_PATTERN: &str = "canary-7c2d9a-repo-[b]";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_for_one_repository_sees_nothing_of_another() {
+    sees_nothing_of_another(false).await;
+}
+
+/// The same on the unprivileged path (issue 41 point 5): the bot runs as `nobody`, with no
+/// cgroup and no spawner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_for_one_repository_sees_nothing_of_another_unprivileged() {
+    sees_nothing_of_another(true).await;
+}
+
+async fn sees_nothing_of_another(unprivileged: bool) {
     // Placeholders in the probe are filled once the world's paths are known.
     let probe_line = |probe: &str| json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": probe}}]});
     let tmp_probe = "PROBE";
@@ -72,11 +83,14 @@ async fn a_run_for_one_repository_sees_nothing_of_another() {
         .collect();
     std::fs::write(&script, fixed).unwrap();
     // Both runs pause before `touch`, so B's worktree and run record stay while A runs.
-    std::fs::write(
-        root.join("config/git-agent/config.toml"),
-        "[[policy.commands]]\nprefix = [\"touch\"]\ndecision = \"ask\"\n",
-    )
-    .unwrap();
+    let mut config = "[[policy.commands]]\nprefix = [\"touch\"]\ndecision = \"ask\"\n".to_string();
+    if unprivileged {
+        // nobody has the system's python3, without pytest: the fixture's test as a script.
+        config.push_str(
+            "[verify]\ntest = \"python3 -c 'import calc; assert calc.add(2, 3) == 5'\"\n",
+        );
+    }
+    std::fs::write(root.join("config/git-agent/config.toml"), config).unwrap();
 
     // Repository B on the same remote host: A's fixture with the canary in calc.py.
     let work_b = root.join("work-b");
@@ -110,6 +124,8 @@ async fn a_run_for_one_repository_sees_nothing_of_another() {
     payload_b["repository"]["name"] = json!(name_b);
     let payload_a = w.payload.clone();
 
+    let mut w = w;
+    w.unprivileged = unprivileged;
     let bot = Running::start(&w, free_port(), None).await;
     assert_eq!(bot.post("issues", "b-1", &payload_b).await, 202);
     let job_b = bot.finished("b-1").await;
@@ -171,11 +187,22 @@ async fn a_run_for_one_repository_sees_nothing_of_another() {
     let report = job_a.report.clone().unwrap_or_default();
     assert!(report.contains("### Verification"), "{report}");
     assert!(!report.contains(CANARY_B), "{report}");
+    // The path it says it took: as nobody no cgroup bounds memory, as root one does.
+    let sandbox = report
+        .lines()
+        .find(|l| l.starts_with("Sandbox: landlock: view ("))
+        .unwrap_or_else(|| panic!("no sandbox line: {report}"));
+    assert_eq!(
+        sandbox.contains("RLIMIT_DATA per process"),
+        unprivileged,
+        "{sandbox}"
+    );
     let pulls = w.fake.world().pulls.clone();
     assert_eq!(pulls.len(), 1, "{pulls:#?}");
     assert!(!pulls[0].to_string().contains(CANARY_B));
     let branch = pulls[0]["head"]["ref"].as_str().unwrap().to_string();
-    let log = git(&w.remote, &["log", "-p", &branch]);
+    // The remote may belong to nobody now: root reads it anyway.
+    let log = git(&w.remote, &["-c", "safe.directory=*", "log", "-p", &branch]);
     assert!(log.contains("return a + b"), "{log}");
     assert!(!log.contains(CANARY_B), "{log}");
     // The fake keys comments by issue number only: B's progress comment (with B's canary in

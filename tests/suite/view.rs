@@ -350,26 +350,45 @@ fn inner_only_its_own_processes_and_none_outlives_it() {
     let m = machine();
     let marker = format!("{CANARY}-argv");
     // A host process with a canary in its argv (as `serve --status-token …` would be).
+    // Its output goes nowhere: a `sleep` holding the outer test's pipe would keep it waiting.
     let mut host = Command::new("sh")
         .args(["-c", "sleep 60", &marker])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     with_home(&m, || async {
         let exec = LocalExecutor::new(&m.worktree, opts(path)).unwrap();
         let out = sh(
             &exec,
-            "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; echo; ls -d /proc/[0-9]* | wc -l; ps -e -o pid=,comm=",
+            "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; echo; echo procs-end",
         )
         .await;
         let t = text(&out);
+        assert!(t.contains("procs-end"), "{t}");
         assert!(!t.contains(&marker), "a host process is visible:\n{t}");
         assert!(!t.contains("sleep"), "{t}");
-        // The command (pid 2 under its init) and what it started, nothing else.
-        let pids: Vec<&str> = t
+        // The real process list, as `ps` reads it from this /proc: the view's init (pid 1),
+        // the shell and `ps` itself, nothing of the host.
+        let out = sh(&exec, "ps -e -o pid=,comm=").await;
+        let t = text(&out);
+        assert_eq!(out.status, Termination::Exited(0), "ps failed:\n{t}");
+        let procs: Vec<(u32, String)> = t
             .lines()
-            .filter(|l| l.trim().parse::<u32>().is_ok() && l.starts_with(' '))
+            .map(|l| {
+                let (pid, comm) = l.trim().split_once(char::is_whitespace).expect(&t);
+                (pid.parse().expect(&t), comm.trim().to_string())
+            })
             .collect();
-        assert!(pids.len() <= 6, "{t}");
+        assert!(procs.iter().any(|(pid, _)| *pid == 1), "no init:\n{t}");
+        assert!(procs.iter().any(|(_, c)| c == "ps"), "no ps:\n{t}");
+        assert!((2..=4).contains(&procs.len()), "{procs:?}");
+        assert!(procs.iter().all(|(pid, _)| *pid < 10), "{procs:?}");
+        // /proc works: the command reads its own status and its init's name.
+        let out = sh(&exec, "grep '^PPid' /proc/self/status; cat /proc/1/comm").await;
+        let t = text(&out);
+        assert_eq!(out.status, Termination::Exited(0), "{t}");
+        assert!(t.starts_with("PPid:"), "{t}");
 
         // Daemons of every kind, each of which would write the worktree later.
         let script = "\
@@ -489,8 +508,17 @@ fn inner_inherited_descriptors_do_not_reach_the_command() {
     })
     .collect();
     with_home(&m, || async {
-        for spawner in [true, false] {
+        // The view through the spawner and spawned directly, bubblewrap, and no sandbox:
+        // every path closes what it did not open.
+        let paths = [
+            (SandboxMode::Landlock, true),
+            (SandboxMode::Landlock, false),
+            (SandboxMode::Bwrap, false),
+            (SandboxMode::Off, false),
+        ];
+        for (mode, spawner) in paths {
             let mut o = opts(path);
+            o.sandbox = mode;
             o.spawner = spawner && path == Path_::Root;
             let exec = LocalExecutor::new(&m.worktree, o).unwrap();
             let script = format!(
@@ -499,15 +527,18 @@ fn inner_inherited_descriptors_do_not_reach_the_command() {
             );
             let out = sh(&exec, &script).await;
             let t = text(&out);
-            assert!(t.contains("end"), "{t}");
-            assert!(!t.contains(CANARY), "the inherited secret was read:\n{t}");
+            assert!(t.contains("end"), "{mode:?}: {t}");
+            assert!(
+                !t.contains(CANARY),
+                "{mode:?}: the inherited secret was read:\n{t}"
+            );
             let fd_list: Vec<&str> = t
                 .lines()
                 .take_while(|l| l.trim().parse::<u32>().is_ok())
                 .collect();
             assert!(
                 fd_list.iter().all(|f| ["0", "1", "2", "3"].contains(f)),
-                "descriptors beyond the standard streams: {fd_list:?}\n{t}"
+                "{mode:?}: descriptors beyond the standard streams: {fd_list:?}\n{t}"
             );
         }
     });
