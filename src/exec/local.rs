@@ -15,6 +15,7 @@ use tokio::io::AsyncReadExt;
 use super::capture::Capture;
 use super::cgroup::{self, CgroupBase, MemoryMechanism};
 use super::error::{Error, Result};
+use super::growth;
 use super::helper::{self, Spec};
 use super::proxy::{BlockedHost, EgressProxy};
 use super::sandbox::{self, ChildSetup, Mechanism, ParentSide, SandboxReport};
@@ -305,6 +306,19 @@ impl LocalExecutor {
             );
         }
         Ok(this)
+    }
+
+    /// What a command writes to and is bounded on: the worktree first (its file system is the
+    /// one watched), then the writable paths.
+    fn growth_roots(&self) -> Vec<PathBuf> {
+        let mut roots = vec![self.worktree.clone()];
+        roots.extend(
+            self.opts
+                .writable
+                .iter()
+                .filter_map(|w| std::fs::canonicalize(w).ok()),
+        );
+        roots
     }
 
     /// How each command's memory is bounded here.
@@ -801,7 +815,7 @@ impl LocalExecutor {
         let waited = tokio::select! {
             s = running.wait() => Some(s),
             _ = tokio::time::sleep(timeout) => None,
-            g = watch_growth(&self.worktree, bound) => {
+            g = growth::watch(self.growth_roots(), bound) => {
                 grew = Some(g);
                 None
             }
@@ -901,13 +915,7 @@ impl LocalExecutor {
         };
         let blocked_hosts = blocked.lock().map(|b| b.clone()).unwrap_or_default();
         let stopped = grew
-            .map(|g| {
-                format!(
-                    "stopped: the worktree grew by {} MiB, past the bound of {} MiB per command",
-                    g >> 20,
-                    bound >> 20
-                )
-            })
+            .map(|g| g.message())
             .or_else(|| {
                 (oom_killed > 0).then(|| {
                     format!(
@@ -1084,35 +1092,6 @@ impl AbortOnDrop {
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// Resolves with the growth (bytes) once the file system holding `worktree` has grown by more
-/// than `bound` since this started. Measured on the whole file system (`statvfs`): cheap at
-/// any tree size; other writers to the same file system count too, which the bound's
-/// default leaves room for.
-async fn watch_growth(worktree: &Path, bound: u64) -> u64 {
-    let used = |p: &Path| -> Option<u64> {
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-        // SAFETY: statvfs is plain data; all zeroes is a valid value.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: statvfs writes into a struct we own.
-        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-            return None;
-        }
-        Some(st.f_blocks.saturating_sub(st.f_bfree) * st.f_frsize)
-    };
-    let Some(start) = used(worktree) else {
-        return std::future::pending().await;
-    };
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(now) = used(worktree) {
-            let grown = now.saturating_sub(start);
-            if grown > bound {
-                return grown;
-            }
-        }
     }
 }
 

@@ -32,6 +32,9 @@ mod cgroup;
 mod env;
 mod error;
 mod explain;
+// statvfs.
+#[allow(unsafe_code)]
+mod growth;
 #[allow(unsafe_code)]
 mod helper;
 #[allow(unsafe_code)]

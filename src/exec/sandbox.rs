@@ -387,7 +387,12 @@ pub(crate) struct ParentSide {
 pub(crate) fn rlimits(limits: &Limits, data: bool) -> Vec<(libc::__rlimit_resource_t, u64)> {
     let mut v = vec![
         (libc::RLIMIT_CPU, limits.cpu_seconds),
-        (libc::RLIMIT_FSIZE, limits.file_size_bytes),
+        // No single file past the worktree's growth bound: a `fallocate` of any size is
+        // refused at once, before any poll could see it.
+        (
+            libc::RLIMIT_FSIZE,
+            limits.file_size_bytes.min(limits.worktree_growth_bytes),
+        ),
         (libc::RLIMIT_NPROC, limits.max_processes),
         (libc::RLIMIT_CORE, 0),
     ];

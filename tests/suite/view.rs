@@ -8,7 +8,7 @@
 //! once: it needs the set-up its outer test makes.
 
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -339,6 +339,54 @@ async fn etc_shadow_is_not_readable_as_root() {
         assert!(!t.contains(line), "/etc/shadow was read:\n{t}");
     }
     assert!(!t.contains("root:*:") && !t.contains("root:!"), "{t}");
+}
+
+/// Guards 32 against a full disk: on a file system with less free than the growth bound, a
+/// command writing without end is stopped while the machine still has its reserve (a quarter
+/// of what was free, at most 256 MiB), never left to fill it. A 256 MiB tmpfs stands in for
+/// the disk (mounting it needs root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_stops_before_the_disk_is_full_as_root() {
+    let m = machine();
+    let disk = m.root.join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount a tmpfs (the test runs as root)");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.clone());
+    let wt = disk.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let g = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&wt)
+        .status()
+        .unwrap();
+    assert!(g.success());
+    let exec = LocalExecutor::new(&wt, opts(Path_::Root)).unwrap();
+    let req = ExecRequest::shell(
+        "for w in 1 2 3 4; do ( i=0; while i=$((i+1)); do head -c 4M /dev/zero > w$w-$i || exit; done ) & done; wait; echo finished",
+    )
+    .timeout(Duration::from_secs(60));
+    let out = exec.run(req).await.unwrap();
+    let t = text(&out);
+    assert!(
+        out.stopped
+            .as_deref()
+            .is_some_and(|s| s.contains("nearly full")),
+        "{out:?}"
+    );
+    assert!(!t.contains("No space left"), "the disk filled:\n{t}");
+    let left = worktree_bytes(&wt);
+    assert!(left < 256 << 20, "{} MiB", left >> 20);
 }
 
 // --- 30: own processes only, none outlives the command -----------------------------------
@@ -673,9 +721,25 @@ fn inner_memory_tmp_and_growth_are_bounded() {
         .await;
         let t = text(&out);
         assert!(t.contains("No space left") && !t.contains("rc=0"), "{t}");
-        // The worktree may grow only so much during one command.
+        // No single file past the bound, however it is made.
+        let out = sh(
+            &exec,
+            "fallocate -l 20G big 2>&1; echo rc=$?; du -m big 2>/dev/null",
+        )
+        .await;
+        let t = text(&out);
+        assert!(
+            (t.contains("File too large") || t.contains("File size limit exceeded"))
+                && !t.contains("rc=0"),
+            "{t}"
+        );
+        let big = std::fs::metadata(m.worktree.join("big")).map_or(0, |b| b.blocks() * 512);
+        assert!(big <= 64 << 20, "{big}");
+        let _ = std::fs::remove_file(m.worktree.join("big"));
+        // A burst: eight writers at full speed, each file under the per-file bound. The
+        // command is stopped, and what it left passes the bound by at most 256 MiB.
         let req = ExecRequest::shell(
-            "for i in $(seq 1 400); do head -c 1M /dev/urandom > f$i; sync f$i 2>/dev/null; sleep 0.01; done; echo finished",
+            "for w in 1 2 3 4 5 6 7 8; do ( i=0; while i=$((i+1)); do head -c 8M /dev/zero > w$w-$i || exit; done ) & done; wait; echo finished",
         )
         .timeout(Duration::from_secs(60));
         let out = exec.run(req).await.unwrap();
@@ -686,12 +750,48 @@ fn inner_memory_tmp_and_growth_are_bounded() {
             "{out:?}"
         );
         assert!(!text(&out).contains("finished"), "{}", text(&out));
-        assert!(std::fs::read_dir(&m.worktree).unwrap().count() < 380);
+        let left = worktree_bytes(&m.worktree);
+        eprintln!(
+            "burst: {} MiB left past a 64 MiB bound ({path:?})",
+            left >> 20
+        );
+        assert!(left <= (64 + 256) << 20, "{} MiB left", left >> 20);
+        // Another writer on the same file system, 160 MiB while a quiet command runs, does
+        // not count against the command.
+        let others = m.root.join("others");
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let chunk = vec![7u8; 1 << 20];
+            let mut f = std::fs::File::create(&others).unwrap();
+            for _ in 0..160 {
+                f.write_all(&chunk).unwrap();
+            }
+            f.sync_all().unwrap();
+        });
+        let out = sh(&exec, "sleep 2; echo quiet-done").await;
+        writer.join().unwrap();
+        assert!(out.stopped.is_none(), "{out:?}");
+        assert!(text(&out).contains("quiet-done"), "{}", text(&out));
         // The agent and the next command are fine.
         let out = sh(&exec, "echo next").await;
         assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
         assert!(out.stopped.is_none());
     });
+}
+
+/// Bytes allocated under `dir`, without following links.
+fn worktree_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let Ok(m) = e.metadata() else { continue };
+        if m.is_dir() {
+            total += worktree_bytes(&e.path());
+        } else {
+            total += m.blocks() * 512;
+        }
+    }
+    total
 }
 
 // Guards 32: a memory hog past the limit fails (killed in its memory cgroup as root, a failed
