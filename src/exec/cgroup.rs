@@ -50,7 +50,9 @@ pub enum MemoryMechanism {
     CgroupV2,
     /// A memory cgroup per command (v1 `memory.limit_in_bytes`): all its processes together.
     CgroupV1,
-    /// `RLIMIT_DATA` per process: no writable memory cgroup.
+    /// No writable memory cgroup: the executor watches the memory of the command's processes
+    /// together and stops it at the limit (`exec/memory.rs`), with `RLIMIT_DATA` per process
+    /// as a backstop. (The name is the one records hold.)
     RlimitData,
     /// Nothing (the bubblewrap path and sandbox off have no memory cgroup either, but keep
     /// `RLIMIT_DATA`; this is for a report made before any mechanism was chosen).
@@ -62,7 +64,7 @@ impl std::fmt::Display for MemoryMechanism {
         f.write_str(match self {
             MemoryMechanism::CgroupV2 => "cgroup v2 memory.max",
             MemoryMechanism::CgroupV1 => "cgroup v1 memory.limit_in_bytes",
-            MemoryMechanism::RlimitData => "RLIMIT_DATA per process",
+            MemoryMechanism::RlimitData => "watched per command, RLIMIT_DATA backstop",
             MemoryMechanism::None => "none",
         })
     }

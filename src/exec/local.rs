@@ -17,6 +17,7 @@ use super::cgroup::{self, CgroupBase, MemoryMechanism};
 use super::error::{Error, Result};
 use super::growth;
 use super::helper::{self, Spec};
+use super::memory;
 use super::proxy::{BlockedHost, EgressProxy};
 use super::sandbox::{self, ChildSetup, Mechanism, ParentSide, SandboxReport};
 use super::spawner::{self as spawner_mod, Launch, SpawnError, Spawner};
@@ -290,7 +291,7 @@ impl LocalExecutor {
                 None => "not root: no cgroup is made".to_string(),
             };
             this.report.fallbacks.push(format!(
-                "memory: RLIMIT_DATA per process, not a memory cgroup ({why})"
+                "memory: watched by the executor, not a memory cgroup ({why})"
             ));
         }
         if network == NetworkMode::Allowlist {
@@ -319,6 +320,15 @@ impl LocalExecutor {
                 .filter_map(|w| std::fs::canonicalize(w).ok()),
         );
         roots
+    }
+
+    /// Resolves once the command whose init is `pid` holds more memory than its limit, where
+    /// no memory cgroup bounds it (the unprivileged path); never otherwise.
+    async fn watch_memory(&self, pid: Option<i32>) -> u64 {
+        match pid {
+            Some(p) if self.data_rlimit() => memory::watch(p, self.opts.limits.memory_bytes).await,
+            _ => std::future::pending().await,
+        }
     }
 
     /// How each command's memory is bounded here.
@@ -812,11 +822,16 @@ impl LocalExecutor {
 
         let bound = self.opts.limits.worktree_growth_bytes;
         let mut grew = None;
+        let mut hog = None;
         let waited = tokio::select! {
             s = running.wait() => Some(s),
             _ = tokio::time::sleep(timeout) => None,
             g = growth::watch(self.growth_roots(), bound) => {
                 grew = Some(g);
+                None
+            }
+            m = self.watch_memory(pid) => {
+                hog = Some(m);
                 None
             }
         };
@@ -846,7 +861,11 @@ impl LocalExecutor {
             })?),
             None => {
                 let s = running.wait().await;
-                if grew.is_some() { s.ok() } else { None }
+                if grew.is_some() || hog.is_some() {
+                    s.ok()
+                } else {
+                    None
+                }
             }
         };
         if let Some(code) = status.and_then(|s| s.code())
@@ -905,7 +924,9 @@ impl LocalExecutor {
                 .ok();
         }
         let status = match status {
-            None if grew.is_some() || lost_to_oom => Termination::Signaled(libc::SIGKILL),
+            None if grew.is_some() || hog.is_some() || lost_to_oom => {
+                Termination::Signaled(libc::SIGKILL)
+            }
             None => Termination::TimedOut,
             Some(s) => match (s.code(), s.signal()) {
                 (Some(c), _) => Termination::Exited(c),
@@ -914,8 +935,18 @@ impl LocalExecutor {
             },
         };
         let blocked_hosts = blocked.lock().map(|b| b.clone()).unwrap_or_default();
+        let limit_mib = self.opts.limits.memory_bytes >> 20;
         let stopped = grew
             .map(|g| g.message())
+            .or_else(|| {
+                hog.map(|used| {
+                    format!(
+                        "killed: out of memory, past the limit of {limit_mib} MiB per command \
+                         (its processes held {} MiB; watched, no memory cgroup here)",
+                        used >> 20
+                    )
+                })
+            })
             .or_else(|| {
                 (oom_killed > 0).then(|| {
                     format!(

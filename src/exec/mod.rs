@@ -39,6 +39,7 @@ mod growth;
 mod helper;
 #[allow(unsafe_code)]
 mod local;
+mod memory;
 pub mod proxy;
 #[allow(unsafe_code)]
 mod sandbox;

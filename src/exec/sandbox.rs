@@ -397,7 +397,12 @@ pub(crate) fn rlimits(limits: &Limits, data: bool) -> Vec<(libc::__rlimit_resour
         (libc::RLIMIT_CORE, 0),
     ];
     if data {
-        v.push((libc::RLIMIT_DATA, limits.memory_bytes));
+        // The executor watches the command's memory and stops it at the limit, reported out of
+        // memory (`exec/memory.rs`); this only refuses one allocation too large for a watch.
+        v.push((
+            libc::RLIMIT_DATA,
+            limits.memory_bytes.saturating_mul(super::memory::BACKSTOP),
+        ));
     }
     v
 }

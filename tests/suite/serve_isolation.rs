@@ -193,7 +193,7 @@ async fn sees_nothing_of_another(unprivileged: bool) {
         .find(|l| l.starts_with("Sandbox: landlock: view ("))
         .unwrap_or_else(|| panic!("no sandbox line: {report}"));
     assert_eq!(
-        sandbox.contains("RLIMIT_DATA per process"),
+        sandbox.contains("watched per command"),
         unprivileged,
         "{sandbox}"
     );
