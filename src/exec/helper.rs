@@ -6,7 +6,8 @@
 //! process image instead, single-threaded, so the namespace and mount set-up is ordinary Rust.
 //! It is reached through an `.init_array` hook that every binary linking this library carries
 //! (the agent, `bench-exec`, test harnesses): when `argv[1]` is [`HELPER_ARG`], the hook runs
-//! the helper and exits before `main`; any other process returns from the hook at once.
+//! the helper and exits before `main` (and likewise the command spawner for
+//! [`super::spawner::SPAWNER_ARG`]); any other process returns from the hook at once.
 //!
 //! What the helper does, in order:
 //!
@@ -64,7 +65,15 @@ extern "C" fn hook(argc: c_int, argv: *const *const c_char, _envp: *const *const
     // SAFETY: glibc passes the process's own argc/argv, valid NUL-terminated strings.
     let args: Vec<Vec<u8>> = unsafe {
         let first = *argv.add(1);
-        if first.is_null() || CStr::from_ptr(first).to_bytes() != HELPER_ARG.as_bytes() {
+        if first.is_null() {
+            return;
+        }
+        let first = CStr::from_ptr(first).to_bytes();
+        if first == super::spawner::SPAWNER_ARG.as_bytes() {
+            // The command spawner, exec'd once per spawner by the executor.
+            libc::_exit(super::spawner::main());
+        }
+        if first != HELPER_ARG.as_bytes() {
             return;
         }
         (0..argc as usize)

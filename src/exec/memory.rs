@@ -105,8 +105,20 @@ mod tests {
         let me = std::process::id() as i32;
         assert!(children(me).contains(&(child.id() as i32)));
         let sleeping = child.id() as i32;
-        assert!(process_memory(sleeping).unwrap() > 0);
-        assert!(tree_memory(sleeping).unwrap() >= process_memory(sleeping).unwrap());
+        // Read once it has exec'd `sleep` (mid-exec its memory reads as none).
+        // Until then it may read as none, or as the spawning process's memory.
+        let mut mem = 0;
+        for _ in 0..200 {
+            let comm = std::fs::read_to_string(format!("/proc/{sleeping}/comm"));
+            let now = process_memory(sleeping).unwrap_or(0);
+            if comm.is_ok_and(|c| c.trim() == "sleep") && now > 0 && now == mem {
+                break;
+            }
+            mem = now;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(mem > 0);
+        assert_eq!(tree_memory(sleeping), Some(mem));
         assert!(tree_memory(i32::MAX).is_none());
         let _ = child.kill();
         let _ = child.wait();

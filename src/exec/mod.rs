@@ -32,6 +32,9 @@ mod cgroup;
 mod env;
 mod error;
 mod explain;
+// SCM_RIGHTS.
+#[allow(unsafe_code)]
+mod fdpass;
 // statvfs.
 #[allow(unsafe_code)]
 mod growth;

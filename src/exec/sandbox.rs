@@ -526,51 +526,118 @@ impl ChildSetup {
         err_fd: RawFd,
         proxy_fd: Option<RawFd>,
     ) -> std::io::Result<()> {
-        // SAFETY: (whole body) plain system calls on memory prepared before the fork.
+        // SAFETY: forwarded from the caller.
         unsafe {
-            let check = |r: libc::c_int| -> std::io::Result<()> {
-                if r == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            };
-            if let Some(procs) = &self.cgroup_procs {
-                check(write_file(procs, b"0"))?;
-            }
-            if let Some(procs) = &self.memory_procs {
-                check(write_file(procs, b"0"))?;
-            }
-            // Nothing the agent holds open reaches the command: every descriptor above the
-            // standard streams closes at exec (close-on-exec rather than closed, so the
-            // spawning code's own exec-error pipe keeps working until then).
-            if libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if self.mode == ChildMode::Helper {
-                for fd in std::iter::once(err_fd).chain(proxy_fd) {
-                    check(libc::fcntl(fd, libc::F_SETFD, 0).min(0))?;
-                }
-            }
-            for &(res, v) in &self.rlimits {
-                let lim = libc::rlimit {
-                    rlim_cur: v,
-                    rlim_max: v,
-                };
-                check(libc::setrlimit(res, &lim))?;
-            }
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
-            if self.mode == ChildMode::LimitsOnly {
-                check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
-            }
-            Ok(())
+            apply_parts(
+                self.mode,
+                &self.rlimits,
+                self.cgroup_procs.as_deref(),
+                self.memory_procs.as_deref(),
+                err_fd,
+                proxy_fd,
+            )
         }
+    }
+
+    /// The constant part of this set-up, as the spawner is given it once.
+    pub(crate) fn template(&self) -> Template {
+        Template {
+            helper: self.mode == ChildMode::Helper,
+            rlimits: self.rlimits.clone(),
+        }
+    }
+}
+
+/// The constant part of a command's set-up (what to exec, its rlimits), as the exec'd
+/// spawner receives it once ([`super::spawner`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub(crate) struct Template {
+    /// Exec the sandbox helper (else only limits and `no_new_privs`).
+    pub helper: bool,
+    /// `(resource, limit)` pairs.
+    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+}
+
+impl Template {
+    /// What [`ChildSetup::apply`] does, in the spawner's child before `exec`, with these
+    /// descriptors (the spawner has joined the cgroups already).
+    ///
+    /// # Safety
+    /// Only in a forked child before `exec`.
+    pub(crate) unsafe fn apply(
+        &self,
+        err_fd: RawFd,
+        proxy_fd: Option<RawFd>,
+    ) -> std::io::Result<()> {
+        let mode = if self.helper {
+            ChildMode::Helper
+        } else {
+            ChildMode::LimitsOnly
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { apply_parts(mode, &self.rlimits, None, None, err_fd, proxy_fd) }
+    }
+}
+
+/// The body of [`ChildSetup::apply`]: join the cgroups, mark every inherited descriptor
+/// close-on-exec (but the step pipe and proxy socket for the helper), set the rlimits and
+/// the parent-death signal, and `no_new_privs` where no helper follows. Only
+/// async-signal-safe system calls on memory prepared before the fork.
+///
+/// # Safety
+/// Only in a forked child before `exec`.
+unsafe fn apply_parts(
+    mode: ChildMode,
+    rlimits: &[(libc::__rlimit_resource_t, u64)],
+    cgroup_procs: Option<&std::ffi::CStr>,
+    memory_procs: Option<&std::ffi::CStr>,
+    err_fd: RawFd,
+    proxy_fd: Option<RawFd>,
+) -> std::io::Result<()> {
+    // SAFETY: (whole body) plain system calls on memory prepared before the fork.
+    unsafe {
+        let check = |r: libc::c_int| -> std::io::Result<()> {
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        if let Some(procs) = cgroup_procs {
+            check(write_file(procs, b"0"))?;
+        }
+        if let Some(procs) = memory_procs {
+            check(write_file(procs, b"0"))?;
+        }
+        // Nothing the agent holds open reaches the command: every descriptor above the
+        // standard streams closes at exec (close-on-exec rather than closed, so the
+        // spawning code's own exec-error pipe keeps working until then).
+        if libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        if mode == ChildMode::Helper {
+            for fd in std::iter::once(err_fd).chain(proxy_fd) {
+                check(libc::fcntl(fd, libc::F_SETFD, 0).min(0))?;
+            }
+        }
+        for &(res, v) in rlimits {
+            let lim = libc::rlimit {
+                rlim_cur: v,
+                rlim_max: v,
+            };
+            check(libc::setrlimit(res, &lim))?;
+        }
+        check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+        if mode == ChildMode::LimitsOnly {
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+        }
+        Ok(())
     }
 }
 
@@ -630,78 +697,33 @@ pub(crate) unsafe fn proxy_listener(sock: RawFd) -> std::result::Result<(), ()> 
             std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
         ) == 0
             && libc::listen(l, 128) == 0
-            && send_fd(sock, l) == 0;
+            && super::fdpass::send(sock, &[0], &[l]).is_ok();
         libc::close(l);
         if ok { Ok(()) } else { Err(()) }
-    }
-}
-
-unsafe fn send_fd(sock: RawFd, fd: RawFd) -> libc::c_int {
-    // SAFETY: the control buffer is 8-byte aligned and large enough for one descriptor.
-    unsafe {
-        let mut control = [0u64; 8];
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() {
-            return -1;
-        }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        if libc::sendmsg(sock, &msg, 0) == 1 {
-            0
-        } else {
-            -1
-        }
     }
 }
 
 /// Receive the proxy listener the child sent (it was sent before `exec`, so it is already
 /// queued when `spawn` returns).
 pub(crate) fn recv_fd(sock: &OwnedFd) -> std::io::Result<OwnedFd> {
-    // SAFETY: as in send_fd; the received descriptor is owned by us from here on.
-    unsafe {
-        let mut control = [0u64; 8];
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
-        if libc::recvmsg(
-            sock.as_raw_fd(),
-            &mut msg,
-            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
-        ) < 0
-        {
-            return Err(std::io::Error::last_os_error());
+    use super::fdpass::{self, Received};
+    let mut out = [-1; fdpass::MAX_FDS];
+    let mut byte = [0u8; 1];
+    // SAFETY: the descriptors received are ours: the first is owned below, the rest closed.
+    match unsafe { fdpass::recv(sock.as_raw_fd(), libc::MSG_DONTWAIT, &mut byte, &mut out) } {
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+        Ok(Received::Message { fds: n, .. }) if n >= 1 => {
+            for &fd in &out[1..n] {
+                // SAFETY: an extra descriptor we received and own.
+                unsafe { libc::close(fd) };
+            }
+            // SAFETY: a fresh descriptor we received and own from here on.
+            Ok(unsafe { OwnedFd::from_raw_fd(out[0]) })
         }
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-        {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "no descriptor in the proxy message",
-            ));
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-        Ok(OwnedFd::from_raw_fd(fd))
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no descriptor in the proxy message",
+        )),
     }
 }
 

@@ -1,60 +1,63 @@
-//! A per-executor spawner process, so that no command pays for a cgroup move.
+//! A per-executor spawner process, so that no command pays for a cgroup move, and no command
+//! is forked from the agent (issue 41 point 4).
 //!
 //! Moving a process into a cgroup (writing `cgroup.procs`) makes the kernel wait for an RCU
-//! grace period unless another move happened just before (the global threadgroup rwsem has
-//! to leave its fast mode): about 13 ms on this machine's cgroup v1 pids hierarchy, most of
-//! a sandboxed spawn. The spawner joins its pids cgroup once, when it is started (with the
-//! executor), and forks every command from inside it: a command starts in the cgroup by
-//! inheritance, with no move.
+//! grace period unless another move happened just before: about 13 ms on a cgroup v1 pids
+//! hierarchy, most of a sandboxed spawn. The spawner joins its cgroups once, when it is
+//! started (with the executor), and forks every command from inside them: a command starts
+//! in its cgroups by inheritance, with no move.
 //!
-//! The spawner is forked from the multithreaded agent and never execs, so it lives by the
-//! rules of the code between `fork` and `exec`: only system calls, on memory prepared before
-//! the fork, no allocation, no locks. Its standard streams are `/dev/null` and every other
-//! descriptor it inherited is closed, so it keeps none of the agent's files, sockets or pipes
-//! open. A request is written by the parent into a shared anonymous mapping (at the same
-//! address in both processes, so it holds ready `argv`/`envp` pointer arrays) while the
-//! spawner waits, then announced by one datagram carrying the command's descriptors; replies
-//! are fixed-size records: started (pid, or the errno of a failed setup or exec) and exited
-//! (wait status). One command at a time: the executor gives concurrent commands spawners of
-//! their own, each with its own cgroup, so `pids.max` (the limit plus one for the spawner)
-//! still bounds one command. Each command's child applies the same sandbox setup as a
-//! directly spawned one; the forked child drops the mapping at `exec`.
+//! The spawner is the agent's own binary, exec'd fresh with the hidden argument
+//! [`SPAWNER_ARG`] (reached through the same `.init_array` hook as the sandbox helper), its
+//! control socket at descriptor 3 and nothing else of the agent's open. It is a small,
+//! single-threaded process: forking a command from it copies almost nothing, and the code
+//! between its `fork` and `exec` is ordinary Rust. The agent sends it, once, where its
+//! cgroups are and the constant part of every command's set-up ([`Start`]); then one message
+//! per command: the program, `argv` and environment, with the command's standard output and
+//! error, step pipe and proxy socket attached ([`super::fdpass`]). Replies are fixed-size
+//! records: ready, started (pid, or the errno of a failed set-up or `exec`) and exited (wait
+//! status). One command at a time: the executor gives concurrent commands spawners of their
+//! own, each with its own cgroup, so `pids.max` (the limit plus one for the spawner) still
+//! bounds one command. When the agent's end of the socket closes, the spawner kills the
+//! command it is running and exits.
 
-use std::ffi::{CStr, CString, c_char};
+use std::ffi::{CString, OsStr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt};
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use super::cgroup::{Cgroup, CgroupBase};
-use super::sandbox::ChildSetup;
+use serde::{Deserialize, Serialize};
 
-/// Size of the request mapping: enough for any command line `execve` accepts.
-const SHM_LEN: usize = 8 << 20;
+use super::cgroup::{Cgroup, CgroupBase};
+use super::fdpass::{self, Received};
+use super::sandbox::{ChildSetup, Template};
+
+/// `argv[1]` that makes a binary linking this library act as the spawner.
+pub(crate) const SPAWNER_ARG: &str = "__git-agent-spawner";
+
+/// The spawner's control socket, in the spawner.
+const CTL_FD: RawFd = 3;
 
 /// Where a command forked by the spawner finds its step pipe and proxy socket.
 pub(crate) const STEP_FD: RawFd = 3;
 /// See [`STEP_FD`].
 pub(crate) const PROXY_FD: RawFd = 4;
 
+/// Largest request: the socket's buffer is raised to this where the kernel allows; a larger
+/// command line is not for the spawner (the executor then spawns it directly).
+const MAX_REQUEST: usize = 4 << 20;
+
 const READY: u32 = 0;
 const STARTED: u32 = 1;
 const EXITED: u32 = 2;
 
-/// How long the spawner may take to join its cgroup and say it is ready.
+/// How long the spawner may take to start, join its cgroup and say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a fork-and-exec may take before the spawner counts as stuck.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The request header at the start of the mapping; pointers point into the mapping.
-#[repr(C)]
-struct Header {
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-}
 
 /// A reply from the spawner.
 #[repr(C)]
@@ -78,88 +81,19 @@ pub(crate) enum SpawnError {
     Broken(std::io::Error),
 }
 
-/// The shared request mapping.
-struct Shm(*mut u8);
-
-// SAFETY: the mapping is plain memory owned by this value; access is serialized by `&mut
-// Spawner` on our side and by the request/reply protocol with the spawner.
-unsafe impl Send for Shm {}
-// SAFETY: as above; `&Shm` gives no access to the memory.
-unsafe impl Sync for Shm {}
-
-impl Shm {
-    fn new() -> std::io::Result<Self> {
-        // SAFETY: an anonymous shared mapping; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SHM_LEN,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Self(p.cast()))
-    }
-}
-
-impl Drop for Shm {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`.
-        unsafe { libc::munmap(self.0.cast(), SHM_LEN) };
-    }
-}
-
-/// Bump writer into the mapping.
-struct Writer<'a> {
-    shm: &'a Shm,
-    off: usize,
-}
-
-impl Writer<'_> {
-    fn alloc(&mut self, size: usize, align: usize) -> std::io::Result<*mut u8> {
-        let start = self.off.next_multiple_of(align);
-        let end = start
-            .checked_add(size)
-            .filter(|&e| e <= SHM_LEN)
-            .ok_or_else(|| std::io::Error::other("command line too long for the spawner"))?;
-        self.off = end;
-        // SAFETY: start..end lies inside the mapping.
-        Ok(unsafe { self.shm.0.add(start) })
-    }
-
-    fn str(&mut self, s: &[u8]) -> std::io::Result<*const c_char> {
-        if s.contains(&0) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "nul byte in a command argument or variable",
-            ));
-        }
-        let p = self.alloc(s.len() + 1, 1)?;
-        // SAFETY: `p` has room for the bytes and the terminating NUL.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), p, s.len());
-            *p.add(s.len()) = 0;
-        }
-        Ok(p.cast_const().cast())
-    }
-
-    fn ptrs(&mut self, items: &[*const c_char]) -> std::io::Result<*const *const c_char> {
-        let size = std::mem::size_of::<*const c_char>();
-        let p = self
-            .alloc((items.len() + 1) * size, size)?
-            .cast::<*const c_char>();
-        // SAFETY: `p` is aligned and has room for the items and the terminating null.
-        unsafe {
-            std::ptr::copy_nonoverlapping(items.as_ptr(), p, items.len());
-            *p.add(items.len()) = std::ptr::null();
-        }
-        Ok(p.cast_const())
-    }
+/// What the spawner is told once, when it starts.
+#[derive(Debug, Serialize, Deserialize)]
+struct Start {
+    /// `cgroup.procs` of its pids cgroup.
+    procs: PathBuf,
+    /// `cgroup.procs` of its memory cgroup, when that is a directory of its own (v1).
+    memory_procs: Option<PathBuf>,
+    /// Whether a memory cgroup holds it and its commands.
+    in_memory_cgroup: bool,
+    /// The constant part of each command's set-up.
+    template: Template,
+    /// The working directory of every command.
+    cwd: PathBuf,
 }
 
 /// What to start: the resolved program, its `argv` (with `argv[0]`) and environment.
@@ -181,9 +115,8 @@ pub(crate) struct Launch<'a> {
 
 /// A running spawner and the cgroup it lives in.
 pub(crate) struct Spawner {
-    pid: libc::pid_t,
+    child: std::process::Child,
     ctl: OwnedFd,
-    shm: Shm,
     cgroup: Cgroup,
     /// The pid of the command running now, if any.
     running: Option<libc::pid_t>,
@@ -192,15 +125,15 @@ pub(crate) struct Spawner {
 impl std::fmt::Debug for Spawner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Spawner")
-            .field("pid", &self.pid)
+            .field("pid", &self.child.id())
             .field("cgroup", &self.cgroup)
             .finish_non_exhaustive()
     }
 }
 
 impl Spawner {
-    /// Make a cgroup limited to `max_processes` plus the spawner, and start a spawner in it
-    /// that sets every command up with `template`'s constant parts and runs it in `cwd`.
+    /// Make a cgroup limited to `max_processes` plus the spawner, and start a spawner that
+    /// joins it and sets every command up with `template`'s constant parts in `cwd`.
     pub(crate) fn start(
         base: &CgroupBase,
         max_processes: u64,
@@ -209,47 +142,32 @@ impl Spawner {
         cwd: &Path,
     ) -> std::io::Result<Self> {
         let mut cgroup = base.create(max_processes.saturating_add(1), memory_bytes)?;
-        let shm = Shm::new()?;
         let (ours, theirs) = seqpacket_pair()?;
-        let cwd = CString::new(cwd.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let keep = vec![theirs.as_raw_fd()];
-        // SAFETY: getpid cannot fail.
-        let parent = unsafe { libc::getpid() };
-        let procs = cgroup.procs.clone();
-        let memory_procs = cgroup.memory.as_ref().and_then(|m| m.procs.clone());
-        let in_memory_cgroup = cgroup.memory.is_some();
-        let shm_ptr = shm.0.cast_const();
-        // SAFETY: the child runs `serve`, which only makes system calls on memory prepared
-        // above and never returns.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if pid == 0 {
-            // SAFETY: we are the forked child; see `serve`.
-            unsafe {
-                serve(
-                    theirs.as_raw_fd(),
-                    &keep,
-                    &procs,
-                    memory_procs.as_deref(),
-                    in_memory_cgroup,
-                    parent,
-                    template,
-                    &cwd,
-                    shm_ptr,
-                )
-            }
-        }
+        raise_send_buffer(&ours);
+        let child = exec_spawner(&theirs)?;
         drop(theirs);
-        cgroup.spare(pid);
+        cgroup.spare(child.id() as i32);
+        let start = Start {
+            procs: cgroup_path(&cgroup.procs),
+            memory_procs: cgroup
+                .memory
+                .as_ref()
+                .and_then(|m| m.procs.as_ref())
+                .map(|p| cgroup_path(p)),
+            in_memory_cgroup: cgroup.memory.is_some(),
+            template: template.template(),
+            cwd: cwd.to_path_buf(),
+        };
         let this = Self {
-            pid,
+            child,
             ctl: ours,
-            shm,
             cgroup,
             running: None,
         };
+        let json = serde_json::to_vec(&start).map_err(std::io::Error::other)?;
+        // SAFETY: no descriptors are sent.
+        unsafe { fdpass::send(this.ctl.as_raw_fd(), &json, &[]) }
+            .map_err(std::io::Error::from_raw_os_error)?;
         let r = this.recv(Some(READY_TIMEOUT))?;
         if r.kind != READY || r.errno != 0 {
             return Err(std::io::Error::other(format!(
@@ -272,10 +190,19 @@ impl Spawner {
                 "the spawner is still running a command",
             )));
         }
-        self.write_request(l).map_err(SpawnError::Request)?;
+        let request = encode_request(l).map_err(SpawnError::Request)?;
         let mut fds = vec![l.stdout, l.stderr, l.setup.err_fd()];
         fds.extend(l.setup.proxy_fd());
-        send_fds(self.ctl.as_raw_fd(), &fds).map_err(SpawnError::Broken)?;
+        // SAFETY: the descriptors are open for the duration of the call.
+        match unsafe { fdpass::send(self.ctl.as_raw_fd(), &request, &fds) } {
+            Ok(()) => {}
+            Err(libc::EMSGSIZE | libc::ENOBUFS) => {
+                return Err(SpawnError::Request(std::io::Error::other(
+                    "command line too long for the spawner",
+                )));
+            }
+            Err(e) => return Err(SpawnError::Broken(std::io::Error::from_raw_os_error(e))),
+        }
         let r = self.recv(Some(START_TIMEOUT)).map_err(SpawnError::Broken)?;
         if r.kind != STARTED {
             return Err(SpawnError::Broken(std::io::Error::other(
@@ -365,50 +292,125 @@ impl Spawner {
             return recv_reply(self.ctl.as_raw_fd(), libc::MSG_DONTWAIT);
         }
     }
-
-    fn write_request(&mut self, l: &Launch<'_>) -> std::io::Result<()> {
-        let mut w = Writer {
-            shm: &self.shm,
-            off: std::mem::size_of::<Header>(),
-        };
-        let path = w.str(l.path.as_os_str().as_bytes())?;
-        let argv = l
-            .argv
-            .iter()
-            .map(|a| w.str(a))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let envp = l
-            .env
-            .iter()
-            .map(|(k, v)| w.str(format!("{k}={v}").as_bytes()))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let argv = w.ptrs(&argv)?;
-        let envp = w.ptrs(&envp)?;
-        // SAFETY: the header slot at offset 0 is aligned (the mapping is page-aligned) and
-        // reserved.
-        unsafe {
-            self.shm
-                .0
-                .cast::<Header>()
-                .write(Header { path, argv, envp });
-        }
-        Ok(())
-    }
 }
 
 impl Drop for Spawner {
     fn drop(&mut self) {
-        // SAFETY: signals and reaps our own child.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            let mut st = 0;
-            while libc::waitpid(self.pid, &mut st, 0) < 0
-                && *libc::__errno_location() == libc::EINTR
-            {}
-        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         // Its command died with it (parent-death signal); whatever that left is killed now.
         self.cgroup.kill_all_now();
     }
+}
+
+/// A cgroup file's path, from the form the cgroup module keeps it in.
+fn cgroup_path(c: &std::ffi::CStr) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(c.to_bytes()))
+}
+
+/// Let one request hold any command line `execve` takes, where the kernel allows it (root
+/// may pass the system's cap); a smaller buffer only sends more commands the direct way.
+fn raise_send_buffer(sock: &OwnedFd) {
+    let size = MAX_REQUEST as libc::c_int;
+    for opt in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+        // SAFETY: setsockopt with a valid int option on our own socket.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+}
+
+/// Exec the spawner: this binary with [`SPAWNER_ARG`], `sock` at [`CTL_FD`], standard
+/// streams on `/dev/null`, in a process group of its own (a terminal's ^C is the agent's to
+/// handle).
+fn exec_spawner(sock: &OwnedFd) -> std::io::Result<std::process::Child> {
+    let fd = sock.as_raw_fd();
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg0("git-agent-spawner")
+        .arg(SPAWNER_ARG)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: only async-signal-safe calls (dup2, fcntl, setpgid) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = if fd == CTL_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, CTL_FD)
+            };
+            if r < 0 || libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// A request: the program, `argv` and `NAME=value` entries, each length-prefixed.
+fn encode_request(l: &Launch<'_>) -> std::io::Result<Vec<u8>> {
+    let env: Vec<Vec<u8>> = l
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}").into_bytes())
+        .collect();
+    let mut out = Vec::new();
+    let mut put = |items: &mut dyn Iterator<Item = &[u8]>| -> std::io::Result<()> {
+        let items: Vec<&[u8]> = items.collect();
+        out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+        for i in items {
+            if i.contains(&0) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "nul byte in a command argument or variable",
+                ));
+            }
+            out.extend_from_slice(&(i.len() as u32).to_le_bytes());
+            out.extend_from_slice(i);
+        }
+        Ok(())
+    };
+    put(&mut std::iter::once(l.path.as_os_str().as_bytes()))?;
+    put(&mut l.argv.iter().copied())?;
+    put(&mut env.iter().map(Vec::as_slice))?;
+    if out.len() > MAX_REQUEST {
+        return Err(std::io::Error::other(
+            "command line too long for the spawner",
+        ));
+    }
+    Ok(out)
+}
+
+/// The three lists of a request, as C strings; `None` when it is malformed.
+fn decode_request(mut b: &[u8]) -> Option<[Vec<CString>; 3]> {
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, rest) = (b.get(..n)?, b.get(n..)?);
+        b = rest;
+        Some(head)
+    };
+    let mut list = || -> Option<Vec<CString>> {
+        let count = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        (0..count)
+            .map(|_| {
+                let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+                CString::new(take(len)?).ok()
+            })
+            .collect()
+    };
+    let path = list()?;
+    let argv = list()?;
+    let env = list()?;
+    (path.len() == 1).then_some([path, argv, env])
 }
 
 /// A descriptor owned elsewhere, for `AsyncFd`.
@@ -438,41 +440,6 @@ fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn send_fds(sock: RawFd, fds: &[RawFd]) -> std::io::Result<()> {
-    let mut control = [0u64; 8];
-    let len = std::mem::size_of_val(fds);
-    // SAFETY: the control buffer is aligned and large enough for four descriptors; the
-    // message is one byte.
-    unsafe {
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(len as u32) as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() || fds.len() > 4 {
-            return Err(std::io::Error::other("too many descriptors"));
-        }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(len as u32) as _;
-        std::ptr::copy_nonoverlapping(
-            fds.as_ptr(),
-            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
-            fds.len(),
-        );
-        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) != 1 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 fn recv_reply(sock: RawFd, flags: libc::c_int) -> std::io::Result<Reply> {
     let mut r = Reply::default();
     // SAFETY: receives at most the size of `r` into it.
@@ -497,24 +464,24 @@ fn recv_reply(sock: RawFd, flags: libc::c_int) -> std::io::Result<Reply> {
 }
 
 /// Send a reply; a parent that is gone ends the spawner.
-unsafe fn reply(ctl: RawFd, kind: u32, pid: i32, errno: i32, status: i32) {
+fn reply(ctl: RawFd, kind: u32, pid: i32, errno: i32, status: i32) {
     let r = Reply {
         kind,
         pid,
         errno,
         status,
     };
-    // SAFETY: sends a plain struct.
-    unsafe {
-        let n = libc::send(
+    // SAFETY: sends a plain struct from the stack.
+    let n = unsafe {
+        libc::send(
             ctl,
             (&r as *const Reply).cast(),
             std::mem::size_of::<Reply>(),
             libc::MSG_NOSIGNAL,
-        );
-        if n < 0 {
-            libc::_exit(0);
-        }
+        )
+    };
+    if n < 0 {
+        std::process::exit(0);
     }
 }
 
@@ -524,213 +491,148 @@ fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-/// Close every descriptor from 3 up except those in `keep` (sorted).
-unsafe fn close_all_but(keep: &[RawFd]) {
-    // SAFETY: closes descriptors of this (single-threaded) process only.
+/// The spawner process: entered from the `.init_array` hook when `argv[1]` is
+/// [`SPAWNER_ARG`]; returns the exit code.
+pub(crate) fn main() -> i32 {
+    // Only the control socket (and the standard streams, on /dev/null) stays open.
+    // SAFETY: closes descriptors of this single-threaded process that nothing else uses.
+    unsafe { libc::syscall(libc::SYS_close_range, (CTL_FD + 1) as u32, u32::MAX, 0u32) };
+    // Nothing is blocked; a vanished agent is an EPIPE, not a signal.
+    // SAFETY: signal dispositions of this process.
     unsafe {
-        let close_range = |lo: u32, hi: u32| {
-            if libc::syscall(libc::SYS_close_range, lo, hi, 0u32) != 0 {
-                let mut r: libc::rlimit = std::mem::zeroed();
-                let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
-                    r.rlim_cur.min(1 << 20) as u32
-                } else {
-                    4096
-                };
-                for fd in lo..=hi.min(max) {
-                    libc::close(fd as RawFd);
-                }
-            }
-        };
-        let mut lo: u32 = 3;
-        for &k in keep {
-            let Ok(k) = u32::try_from(k) else { continue };
-            if k < lo {
-                continue;
-            }
-            if k > lo {
-                close_range(lo, k - 1);
-            }
-            lo = k + 1;
-        }
-        close_range(lo, u32::MAX);
-    }
-}
-
-/// The spawner's life: set itself apart, join the cgroup, then fork one command per request.
-///
-/// # Safety
-/// Only in the child of `fork`; never returns.
-#[allow(clippy::too_many_arguments)]
-unsafe fn serve(
-    ctl: RawFd,
-    keep: &[RawFd],
-    procs: &CStr,
-    memory_procs: Option<&CStr>,
-    in_memory_cgroup: bool,
-    parent: libc::pid_t,
-    template: &ChildSetup,
-    cwd: &CStr,
-    shm: *const u8,
-) -> ! {
-    // SAFETY: (whole body) system calls on memory prepared before the fork; no allocation.
-    unsafe {
-        // The agent's handlers would run agent code here (a runtime's signal pipe): default
-        // dispositions, nothing blocked; a vanished parent is an EPIPE, not a signal.
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = libc::SIG_DFL;
-        for sig in 1..65 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
-        }
-        sa.sa_sigaction = libc::SIG_IGN;
-        libc::sigaction(libc::SIGPIPE, &sa, std::ptr::null_mut());
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        // No parent-death signal: it follows the forking *thread*, which may be a pool thread
-        // that retires. The spawner ends when the agent's end of `ctl` closes instead.
-        if libc::getppid() != parent {
-            libc::_exit(1);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut fds = [-1; fdpass::MAX_FDS];
+    // SAFETY: the start message carries no descriptors; any would be ours to drop.
+    let start = match unsafe { fdpass::recv(CTL_FD, 0, &mut buf, &mut fds) } {
+        Ok(Received::Message { len, fds: 0 }) => serde_json::from_slice::<Start>(&buf[..len]).ok(),
+        _ => None,
+    };
+    let Some(start) = start else {
+        reply(CTL_FD, READY, 0, libc::EINVAL, 0);
+        return 1;
+    };
+    if let Err(e) = join(&start) {
+        reply(CTL_FD, READY, 0, e.raw_os_error().unwrap_or(libc::EIO), 0);
+        return 1;
+    }
+    reply(CTL_FD, READY, std::process::id() as i32, 0, 0);
+    loop {
+        serve_one(&start, &mut buf);
+    }
+}
+
+/// Join the spawner's cgroups; sharing the memory cgroup with its commands, it should never
+/// be the OOM killer's choice: exempt where it may lower its score (`CAP_SYS_RESOURCE`), and
+/// each command raises its own to the maximum.
+fn join(start: &Start) -> std::io::Result<()> {
+    std::fs::write(&start.procs, "0")?;
+    if let Some(m) = &start.memory_procs {
+        std::fs::write(m, "0")?;
+    }
+    if start.in_memory_cgroup {
+        let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
+    }
+    Ok(())
+}
+
+/// Take one request, fork its command, say it started (or why not), wait for it, say how it
+/// ended. Ends the process when the agent has gone.
+fn serve_one(start: &Start, buf: &mut [u8]) {
+    let mut fds = [-1; fdpass::MAX_FDS];
+    // SAFETY: the descriptors received are ours and closed below.
+    let got = unsafe { fdpass::recv(CTL_FD, 0, buf, &mut fds) };
+    let (len, n) = match got {
+        Err(libc::EINTR) => return,
+        Err(_) | Ok(Received::Closed) => std::process::exit(0),
+        Ok(Received::Truncated) => (0, 0),
+        Ok(Received::Message { len, fds }) => (len, fds),
+    };
+    // SAFETY: each received descriptor is owned once, here.
+    let owned: Vec<OwnedFd> = fds[..n]
+        .iter()
+        .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
+    let request = decode_request(&buf[..len]);
+    let (Some([path, argv, env]), true) = (request, owned.len() >= 3) else {
+        reply(CTL_FD, STARTED, -1, libc::EINVAL, 0);
+        return;
+    };
+    let (status_r, status_w) = match std::io::pipe() {
+        Ok(p) => p,
+        Err(e) => {
+            reply(
+                CTL_FD,
+                STARTED,
+                -1,
+                e.raw_os_error().unwrap_or(libc::EIO),
+                0,
+            );
+            return;
         }
-        // Out of the agent's process group: a terminal's ^C is the agent's to handle.
-        libc::setpgid(0, 0);
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        if null < 0 {
-            reply(ctl, READY, 0, errno(), 0);
-            libc::_exit(1);
+    };
+    let cmd = CommandParts {
+        path: &path[0],
+        argv: &argv,
+        env: &env,
+        stdout: owned[0].as_raw_fd(),
+        stderr: owned[1].as_raw_fd(),
+        step: owned[2].as_raw_fd(),
+        proxy: owned.get(3).map(AsRawFd::as_raw_fd),
+        status: status_w.as_raw_fd(),
+    };
+    // SAFETY: this process is single-threaded: the child may run any code before `exec`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        command_child(start, &cmd);
+    }
+    let fork_errno = errno();
+    drop(status_w);
+    drop(owned);
+    if pid < 0 {
+        reply(CTL_FD, STARTED, -1, fork_errno, 0);
+        return;
+    }
+    let mut e = [0u8; 4];
+    let failed = std::io::Read::read_exact(&mut &status_r, &mut e).is_ok();
+    let e = if failed { i32::from_ne_bytes(e) } else { 0 };
+    reply(CTL_FD, STARTED, pid, e, 0);
+    if e == 0 {
+        // SAFETY: `pid` is our child.
+        unsafe { watch(CTL_FD, pid) };
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
         }
-        for fd in 0..3 {
-            libc::dup2(null, fd);
-        }
-        close_all_but(keep);
-        if super::sandbox::write_file(procs, b"0") != 0
-            || memory_procs.is_some_and(|m| super::sandbox::write_file(m, b"0") != 0)
-        {
-            reply(ctl, READY, 0, errno(), 0);
-            libc::_exit(1);
-        }
-        // Sharing the memory cgroup with the commands, the spawner should never be the OOM
-        // killer's choice (its resident set, shared with the agent it was forked from, may
-        // look large): exempt where this may lower its score (CAP_SYS_RESOURCE), and each
-        // command's child raises its own score to the maximum (see `command_child`).
-        if in_memory_cgroup {
-            let _ = super::sandbox::write_file(c"/proc/self/oom_score_adj", b"-1000");
-        }
-        reply(ctl, READY, libc::getpid(), 0, 0);
-        loop {
-            let mut control = [0u64; 16];
-            let mut byte = [0u8; 1];
-            let mut iov = libc::iovec {
-                iov_base: byte.as_mut_ptr().cast(),
-                iov_len: 1,
-            };
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = std::mem::size_of_val(&control) as _;
-            let n = libc::recvmsg(ctl, &mut msg, libc::MSG_CMSG_CLOEXEC);
-            if n < 0 && errno() == libc::EINTR {
-                continue;
-            }
-            if n <= 0 {
-                libc::_exit(0);
-            }
-            let mut fds: [RawFd; 4] = [-1; 4];
-            let mut nfds = 0;
-            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                    let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                        / std::mem::size_of::<RawFd>();
-                    let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                    for i in 0..count {
-                        let fd = std::ptr::read_unaligned(data.add(i));
-                        if nfds < fds.len() {
-                            fds[nfds] = fd;
-                            nfds += 1;
-                        } else {
-                            libc::close(fd);
-                        }
-                    }
-                }
-                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            }
-            let close_fds = |fds: &[RawFd]| {
-                for &fd in fds {
-                    if fd >= 0 {
-                        libc::close(fd);
-                    }
-                }
-            };
-            if nfds < 3 || msg.msg_flags & libc::MSG_CTRUNC != 0 {
-                close_fds(&fds);
-                reply(ctl, STARTED, -1, libc::EINVAL, 0);
-                continue;
-            }
-            let mut status_pipe = [0; 2];
-            if libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-                let e = errno();
-                close_fds(&fds);
-                reply(ctl, STARTED, -1, e, 0);
-                continue;
-            }
-            let header = &*shm.cast::<Header>();
-            let proxy = if nfds > 3 { Some(fds[3]) } else { None };
-            let pid = libc::fork();
-            if pid == 0 {
-                command_child(
-                    in_memory_cgroup,
-                    template,
-                    header,
-                    fds[0],
-                    fds[1],
-                    fds[2],
-                    proxy,
-                    status_pipe[1],
-                    cwd,
-                );
-            }
-            let fork_errno = errno();
-            libc::close(status_pipe[1]);
-            close_fds(&fds);
-            if pid < 0 {
-                libc::close(status_pipe[0]);
-                reply(ctl, STARTED, -1, fork_errno, 0);
-                continue;
-            }
-            let mut e: i32 = 0;
-            loop {
-                let n = libc::read(status_pipe[0], (&mut e as *mut i32).cast(), 4);
-                if n < 0 && errno() == libc::EINTR {
-                    continue;
-                }
-                if n != 4 {
-                    e = 0;
-                }
-                break;
-            }
-            libc::close(status_pipe[0]);
-            reply(ctl, STARTED, pid, e, 0);
-            if e == 0 {
-                watch(ctl, pid);
-            }
-            let mut status = 0;
-            loop {
-                let r = libc::waitpid(pid, &mut status, 0);
-                if r == pid {
-                    break;
-                }
-                if r < 0 && errno() != libc::EINTR {
-                    // Cannot happen for our own child; report a kill.
-                    status = libc::SIGKILL;
-                    break;
-                }
-            }
-            reply(ctl, EXITED, pid, 0, status);
+        if r < 0 && errno() != libc::EINTR {
+            // Cannot happen for our own child; report a kill.
+            status = libc::SIGKILL;
+            break;
         }
     }
+    reply(CTL_FD, EXITED, pid, 0, status);
+}
+
+/// One command, as the spawner's child needs it.
+struct CommandParts<'a> {
+    path: &'a CString,
+    argv: &'a [CString],
+    env: &'a [CString],
+    stdout: RawFd,
+    stderr: RawFd,
+    step: RawFd,
+    proxy: Option<RawFd>,
+    /// Where a failure before `exec` is reported (an errno); close-on-exec, so success is
+    /// EOF.
+    status: RawFd,
 }
 
 /// Wait until the command `pid` exits; if the agent goes away first (its end of `ctl`
@@ -779,59 +681,47 @@ unsafe fn watch(ctl: RawFd, pid: libc::pid_t) {
 }
 
 /// The command's child: standard streams, working directory, the sandbox, `exec`.
-/// A failure is reported as an errno on `status` (close-on-exec, so success is EOF).
-#[allow(clippy::too_many_arguments)]
-unsafe fn command_child(
-    in_memory_cgroup: bool,
-    template: &ChildSetup,
-    header: &Header,
-    stdout: RawFd,
-    stderr: RawFd,
-    step: RawFd,
-    proxy: Option<RawFd>,
-    status: RawFd,
-    cwd: &CStr,
-) -> ! {
-    // SAFETY: (whole body) system calls on memory prepared before the fork; no allocation.
-    unsafe {
-        // Out of the way of the numbers the helper's descriptors are given below.
-        let moved = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, 10);
-        let status = if moved < 0 { status } else { moved };
-        let report = |e: i32| -> ! {
-            libc::write(status, (&e as *const i32).cast(), 4);
+fn command_child(start: &Start, c: &CommandParts<'_>) -> ! {
+    let report = |e: i32| -> ! {
+        // SAFETY: writes four bytes from the stack, then ends the child.
+        unsafe {
+            libc::write(c.status, (&e as *const i32).cast(), 4);
             libc::_exit(127)
-        };
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGPIPE, &sa, std::ptr::null_mut());
+        }
+    };
+    let os = |r: libc::c_int| if r < 0 { report(errno()) } else { r };
+    // SAFETY: (whole body) the child of a single-threaded process, before `exec`.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         // Sharing its memory cgroup with the spawner, a command is the OOM killer's first
         // choice in it (and on the host): the maximum score, which a process may always set
         // for itself; written while still root with CAP_SYS_RESOURCE it is also the floor, so
         // the command cannot take it back.
-        if in_memory_cgroup && super::sandbox::write_file(c"/proc/self/oom_score_adj", b"1000") != 0
+        if start.in_memory_cgroup
+            && let Err(e) = std::fs::write("/proc/self/oom_score_adj", "1000")
         {
-            report(errno());
+            report(e.raw_os_error().unwrap_or(libc::EIO));
         }
-        if libc::setpgid(0, 0) != 0 {
-            report(errno());
-        }
-        for (fd, target) in [(stdout, 1), (stderr, 2)] {
-            let r = if fd == target {
+        os(libc::setpgid(0, 0));
+        for (fd, target) in [(c.stdout, 1), (c.stderr, 2)] {
+            os(if fd == target {
                 libc::fcntl(fd, libc::F_SETFD, 0)
             } else {
                 libc::dup2(fd, target)
-            };
-            if r < 0 {
-                report(errno());
-            }
+            });
         }
-        if libc::chdir(cwd.as_ptr()) != 0 {
-            report(errno());
+        if let Err(e) = std::env::set_current_dir(&start.cwd) {
+            report(e.raw_os_error().unwrap_or(libc::EIO));
         }
         // The step pipe and the proxy socket at the numbers the helper is told: 3 and 4
-        // (moved out of the way first, so neither lands on the other).
-        let high_step = libc::fcntl(step, libc::F_DUPFD_CLOEXEC, 10);
-        let high_proxy = proxy.map(|p| libc::fcntl(p, libc::F_DUPFD_CLOEXEC, 10));
+        // (moved out of the way first, so neither lands on the other or on the status pipe).
+        let status = os(libc::fcntl(c.status, libc::F_DUPFD_CLOEXEC, 10));
+        let report = |e: i32| -> ! {
+            libc::write(status, (&e as *const i32).cast(), 4);
+            libc::_exit(127)
+        };
+        let high_step = libc::fcntl(c.step, libc::F_DUPFD_CLOEXEC, 10);
+        let high_proxy = c.proxy.map(|p| libc::fcntl(p, libc::F_DUPFD_CLOEXEC, 10));
         if high_step < 0 || high_proxy.is_some_and(|p| p < 0) {
             report(errno());
         }
@@ -841,10 +731,17 @@ unsafe fn command_child(
             report(errno());
         }
         let proxy = high_proxy.map(|_| PROXY_FD);
-        if let Err(e) = template.apply_with(STEP_FD, proxy) {
+        if let Err(e) = start.template.apply(STEP_FD, proxy) {
             report(e.raw_os_error().unwrap_or(libc::EPERM));
         }
-        libc::execve(header.path, header.argv, header.envp);
+        let ptrs = |v: &[CString]| -> Vec<*const libc::c_char> {
+            v.iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        let (argv, envp) = (ptrs(c.argv), ptrs(c.env));
+        libc::execve(c.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
         report(errno())
     }
 }

@@ -174,3 +174,76 @@ async fn a_memory_hog_is_reported_when_the_agent_is_large() {
         512 << 8
     );
 }
+
+// Issue 41 point 4: the spawner is this binary exec'd fresh — one thread, nothing of the
+// agent open but its control socket (standard streams on /dev/null) — not a fork of the
+// multithreaded agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spawner_is_exec_d_and_holds_nothing_of_the_agent() {
+    let wt = worktree();
+    // A descriptor the agent holds without close-on-exec, as a careless library would.
+    let leaked = std::fs::File::open("/etc/hostname").unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&leaked);
+    // SAFETY: clears close-on-exec on a descriptor this test owns.
+    unsafe { libc::fcntl(raw, libc::F_SETFD, 0) };
+    let exec = executor(wt.path(), opts(SandboxMode::Landlock, true));
+    // The command's cgroups are its spawner's: that is how this test's spawner is told from
+    // other tests' (the same process runs them).
+    let out = exec
+        .run(ExecRequest::shell("cat /proc/self/cgroup"))
+        .await
+        .unwrap();
+    let cgroups = text(&out);
+    assert!(cgroups.contains("pids"), "{out:?}");
+    let me = std::process::id();
+    let spawners: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            cmdline.starts_with(b"git-agent-spawner\0__git-agent-spawner\0")
+                && status.contains(&format!("\nPPid:\t{me}\n"))
+                && std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+                    == Some(cgroups.clone())
+        })
+        .collect();
+    assert_eq!(spawners.len(), 1, "this executor's spawner: {spawners:?}");
+    let field = |status: &str, key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().trim_end_matches(" kB").parse().unwrap())
+            .unwrap()
+    };
+    for pid in spawners {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert_eq!(field(&status, "Threads:"), 1, "{status}");
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(),
+            std::fs::read_link("/proc/self/exe").unwrap()
+        );
+        let fds: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                let target = std::fs::read_link(e.path()).unwrap_or_default();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    target.display().to_string(),
+                )
+            })
+            .collect();
+        let mut names: Vec<&str> = fds.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["0", "1", "2", "3"], "{fds:?}");
+        for (n, target) in &fds {
+            match n.as_str() {
+                "3" => assert!(target.starts_with("socket:"), "{fds:?}"),
+                _ => assert_eq!(target, "/dev/null", "{fds:?}"),
+            }
+        }
+    }
+    drop(leaked);
+}
