@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::common::git;
-use super::run::{Fixture, edit, finish, plan};
+use super::run::{Fixture, edit, finish, fix_add, plan};
 
 fn run_id(json: &Value) -> String {
     json["run_id"].as_str().expect("run id").to_string()
@@ -263,15 +263,7 @@ fn an_ignored_node_shim_does_not_survive_the_clean_checkout() {
 #[test]
 fn an_honest_fix_is_verified_with_its_integrity_block() {
     let f = Fixture::new("python-add");
-    let script = f.script(&[
-        plan(&["calc.py"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
-        finish(),
-    ]);
+    let script = f.script(&[plan(&["calc.py"]), fix_add(), finish()]);
     let (code, json) = f.fix(&script, &["fix add"], &[]);
     assert_eq!(code, Some(0), "{json}");
     let report = f.report(&run_id(&json));
@@ -598,15 +590,7 @@ fn preexisting_and_flaky_failures_do_not_block_a_real_fix() {
             "env",
         ],
     );
-    let script = f.script(&[
-        plan(&["calc.py"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
-        finish(),
-    ]);
+    let script = f.script(&[plan(&["calc.py"]), fix_add(), finish()]);
     let (code, json) = f.fix(&script, &["fix add"], &[]);
     assert_eq!(code, Some(0), "{json}");
     let report = f.report(&run_id(&json));
@@ -648,15 +632,7 @@ fn preexisting_and_flaky_failures_do_not_block_a_real_fix() {
         ],
     );
     g.user_config(&format!("{ONE_ATTEMPT}[verify]\npreexisting = \"block\"\n"));
-    let script = g.script(&[
-        plan(&["calc.py"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
-        finish(),
-    ]);
+    let script = g.script(&[plan(&["calc.py"]), fix_add(), finish()]);
     let (code, json) = g.fix(&script, &["fix add"], &[]);
     assert_eq!(
         (json["state"].as_str(), code),
@@ -910,15 +886,7 @@ fn an_order_dependent_failure_is_not_flaky() {
             "order",
         ],
     );
-    let script = f.script(&[
-        plan(&["calc.py"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
-        finish(),
-    ]);
+    let script = f.script(&[plan(&["calc.py"]), fix_add(), finish()]);
     let (code, json) = f.fix(&script, &["fix add"], &[]);
     assert_eq!(
         (json["state"].as_str(), code),
@@ -988,11 +956,7 @@ fn a_new_executable_the_plan_names_waits_for_a_person() {
     f.user_config(ONE_ATTEMPT);
     let script = f.script(&[
         plan(&["calc.py", "tools/check.sh"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
+        fix_add(),
         write("tools/check.sh", "#!/bin/sh\nexec python3 -m pytest -q\n"),
         write("tools/other.sh", "#!/bin/sh\necho unplanned\n"),
         run("chmod +x tools/check.sh tools/other.sh pyproject.toml"),
@@ -1136,11 +1100,7 @@ fn a_fix_with_its_own_new_test_verifies_beside_an_unrelated_base_failure() {
     commit_all(&repo, "an unrelated failure; no test for add yet");
     let script = f.script(&[
         plan(&["calc.py", "tests/test_calc.py"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
+        fix_add(),
         write(
             "tests/test_calc.py",
             "from calc import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n",
@@ -1200,11 +1160,7 @@ fn a_fix_that_strengthens_an_existing_test_verifies_beside_an_unrelated_base_fai
     commit_all(&repo, "a weak test for add; an unrelated failure");
     let script = f.script(&[
         plan(&["calc.py", "tests/test_calc.py"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
+        fix_add(),
         write("tests/test_calc.py", &weak.replace("is not None", "== 5")),
         finish(),
     ]);

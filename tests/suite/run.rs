@@ -131,6 +131,15 @@ pub(super) fn edit(path: &str, old: &str, new: &str) -> Value {
         "path": path, "old_text": old, "new_text": new}}]})
 }
 
+/// The honest fix of `fixtures/python-add`: `add` adds.
+pub(super) fn fix_add() -> Value {
+    edit(
+        "calc.py",
+        "def add(a, b):\n    return a - b",
+        "def add(a, b):\n    return a + b",
+    )
+}
+
 pub(super) fn finish() -> Value {
     serde_json::json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {"summary": "add adds"}}]})
 }
@@ -894,7 +903,7 @@ fn a_secret_in_the_models_words_leaks_nowhere() {
             "steps": [{"title": format!("Make add add {KNOWN} {SHAPED}"), "files": ["calc.py"]}]}}]}),
         serde_json::json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {
             "command": format!("echo {KNOWN} {SHAPED}")}}]}),
-        edit("calc.py", "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"),
+        fix_add(),
         serde_json::json!({"role": "coder", "tool_calls": [{"name": "finish", "arguments": {
             "summary": format!("done; the token is {KNOWN} and {SHAPED}")}}]}),
     ]);
@@ -951,11 +960,7 @@ fn the_runs_clock_bounds_a_long_command() {
         plan(&["calc.py"]),
         serde_json::json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {
             "command": "sleep 1800", "timeout_s": 1800}}]}),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
+        fix_add(),
         finish(),
     ]);
     let started = std::time::Instant::now();
@@ -999,7 +1004,7 @@ open('.gitmodules', 'w').write('[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::
         serde_json::json!({"role": "coder", "tool_calls": [{"name": "write_file", "arguments": {"path": "plant.py", "content": plant}}]}),
         serde_json::json!({"role": "coder", "tool_calls": [{"name": "run", "arguments": {"command": "python3 plant.py"}}]}),
         serde_json::json!({"role": "coder", "tool_calls": [{"name": "delete_file", "arguments": {"path": "plant.py"}}]}),
-        edit("calc.py", "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"),
+        fix_add(),
         finish(),
     ]);
     let (code, json) = f.fix(&script, &["fix add"], &[]);
@@ -1160,17 +1165,7 @@ fn an_internal_fault_exits_7_and_a_usage_error_2() {
 #[test]
 fn a_runs_worktree_is_outside_the_repository_pooled_when_it_ends_and_gc_removes_it() {
     let f = Fixture::new("python-add");
-    let fix = || {
-        f.script(&[
-            plan(&["calc.py"]),
-            edit(
-                "calc.py",
-                "def add(a, b):\n    return a - b",
-                "def add(a, b):\n    return a + b",
-            ),
-            finish(),
-        ])
-    };
+    let fix = || f.script(&[plan(&["calc.py"]), fix_add(), finish()]);
     let (code, first) = f.fix(&fix(), &["fix add"], &[]);
     assert_eq!(code, Some(0), "{first}");
     let run = first["run_id"].as_str().unwrap();
@@ -1486,17 +1481,7 @@ fn the_manual_pages_document_every_command_and_git_help_opens_them() {
 #[test]
 fn a_pooled_worktree_of_a_repository_cloned_again_is_dropped_not_fatal() {
     let f = Fixture::new("python-add");
-    let fix = || {
-        f.script(&[
-            plan(&["calc.py"]),
-            edit(
-                "calc.py",
-                "def add(a, b):\n    return a - b",
-                "def add(a, b):\n    return a + b",
-            ),
-            finish(),
-        ])
-    };
+    let fix = || f.script(&[plan(&["calc.py"]), fix_add(), finish()]);
     let (code, first) = f.fix(&fix(), &["fix add"], &[]);
     assert_eq!(code, Some(0), "{first}");
     let pooled = f.pooled(first["run_id"].as_str().unwrap()).expect("pooled");
@@ -1532,17 +1517,7 @@ fn a_pooled_worktree_of_a_repository_cloned_again_is_dropped_not_fatal() {
 #[test]
 fn a_week_old_pooled_worktree_goes_when_a_run_ends() {
     let f = Fixture::new("python-add");
-    let fix = || {
-        f.script(&[
-            plan(&["calc.py"]),
-            edit(
-                "calc.py",
-                "def add(a, b):\n    return a - b",
-                "def add(a, b):\n    return a + b",
-            ),
-            finish(),
-        ])
-    };
+    let fix = || f.script(&[plan(&["calc.py"]), fix_add(), finish()]);
     let (code, first) = f.fix(&fix(), &["fix add"], &[]);
     assert_eq!(code, Some(0), "{first}");
     let pooled = f.pooled(first["run_id"].as_str().unwrap()).expect("pooled");
@@ -1672,15 +1647,7 @@ fn the_sandbox_in_force_is_in_the_audit_log_and_the_shown_report() {
             .cloned()
             .unwrap_or_else(|| panic!("{e}"))
     };
-    let script_lines = [
-        plan(&["calc.py"]),
-        edit(
-            "calc.py",
-            "def add(a, b):\n    return a - b",
-            "def add(a, b):\n    return a + b",
-        ),
-        finish(),
-    ];
+    let script_lines = [plan(&["calc.py"]), fix_add(), finish()];
 
     let f = Fixture::new("python-add");
     let (code, json) = f.fix(&f.script(&script_lines), &["fix add"], &[]);
