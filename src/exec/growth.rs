@@ -102,25 +102,41 @@ pub(crate) async fn watch(roots: Vec<PathBuf>, bound: u64) -> Overgrown {
         let Some(now) = space(&roots[0]) else {
             continue;
         };
-        if now.avail < reserve && now.used > first.used {
-            return Overgrown::DiskFull {
-                free: now.avail,
-                reserve,
-            };
+        if let Some(full) = nearly_full(now, first, reserve) {
+            return full;
         }
         let grown = now.used.saturating_sub(first.used);
         if grown.saturating_sub(others) <= bound {
             continue;
         }
         let walk_roots = roots.clone();
-        let ours = tokio::task::spawn_blocking(move || written_since(&walk_roots, started))
-            .await
-            .unwrap_or(u64::MAX);
+        let walk = tokio::task::spawn_blocking(move || written_since(&walk_roots, started));
+        tokio::pin!(walk);
+        // A command may have made the walk slow (a million small files): the disk is still
+        // watched while it runs.
+        let ours = loop {
+            tokio::select! {
+                r = &mut walk => break r.unwrap_or(u64::MAX),
+                () = tokio::time::sleep(POLL) => {
+                    if let Some(full) = space(&roots[0]).and_then(|n| nearly_full(n, first, reserve)) {
+                        return full;
+                    }
+                }
+            }
+        };
         if ours > bound {
             return Overgrown::Bound { grew: ours, bound };
         }
         others = grown.saturating_sub(ours);
     }
+}
+
+/// The stop for a file system within its reserve of full, once the command has added to it.
+fn nearly_full(now: Space, first: Space, reserve: u64) -> Option<Overgrown> {
+    (now.avail < reserve && now.used > first.used).then_some(Overgrown::DiskFull {
+        free: now.avail,
+        reserve,
+    })
 }
 
 /// Bytes allocated to the regular files under `roots` whose inode changed at or after
