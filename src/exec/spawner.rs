@@ -600,6 +600,8 @@ fn serve_one(start: &Start, buf: &mut [u8]) {
     let mut e = [0u8; 4];
     let failed = std::io::Read::read_exact(&mut &status_r, &mut e).is_ok();
     let e = if failed { i32::from_ne_bytes(e) } else { 0 };
+    // While the command runs, the spawner holds only its control socket and the pidfd.
+    drop(status_r);
     reply(CTL_FD, STARTED, pid, e, 0);
     if e == 0 {
         // SAFETY: `pid` is our child.

@@ -177,7 +177,8 @@ async fn a_memory_hog_is_reported_when_the_agent_is_large() {
 
 // Issue 41 point 4: the spawner is this binary exec'd fresh — one thread, nothing of the
 // agent open but its control socket (standard streams on /dev/null) — not a fork of the
-// multithreaded agent.
+// multithreaded agent. It is looked at while it serves a command (so it is surely alive and
+// in the command's cgroups, whatever the pool does afterwards), and again once it is idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_spawner_is_exec_d_and_holds_nothing_of_the_agent() {
     let wt = worktree();
@@ -187,14 +188,44 @@ async fn the_spawner_is_exec_d_and_holds_nothing_of_the_agent() {
     // SAFETY: clears close-on-exec on a descriptor this test owns.
     unsafe { libc::fcntl(raw, libc::F_SETFD, 0) };
     let exec = executor(wt.path(), opts(SandboxMode::Landlock, true));
-    // The command's cgroups are its spawner's: that is how this test's spawner is told from
-    // other tests' (the same process runs them).
-    let out = exec
-        .run(ExecRequest::shell("cat /proc/self/cgroup"))
-        .await
-        .unwrap();
-    let cgroups = text(&out);
-    assert!(cgroups.contains("pids"), "{out:?}");
+    let report = exec.sandbox();
+    let command = ExecRequest::shell(
+        "cat /proc/self/cgroup > cgroups.tmp && mv cgroups.tmp cgroups; \
+         while [ ! -e done ]; do sleep 0.02; done",
+    );
+    let look = async {
+        let cgroups = wait_for_file(&wt.path().join("cgroups")).await;
+        assert!(cgroups.contains("pids"), "{cgroups}");
+        let pid = spawner_in(&cgroups, report);
+        // Serving a command, it holds the control socket and the command's pidfd.
+        assert_spawner_holds(pid, &["socket:", "pidfd"]);
+        std::fs::write(wt.path().join("done"), "").unwrap();
+        pid
+    };
+    let (out, pid) = tokio::join!(exec.run(command), look);
+    let out = out.unwrap();
+    assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
+    // Idle, back in the pool: the control socket alone.
+    if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert_spawner_holds(pid, &["socket:"]);
+    }
+    drop(leaked);
+}
+
+/// The file's contents once it exists (the command writes it whole, by a rename).
+async fn wait_for_file(path: &std::path::Path) -> String {
+    for _ in 0..3000 {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the command never wrote {}", path.display());
+}
+
+/// The one spawner of this test process whose cgroups are `cgroups` (the same process runs
+/// other tests, each with spawners of its own, in cgroups of their own).
+fn spawner_in(cgroups: &str, report: &git_agent::exec::SandboxReport) -> u32 {
     let me = std::process::id();
     let spawners: Vec<u32> = std::fs::read_dir("/proc")
         .unwrap()
@@ -205,45 +236,54 @@ async fn the_spawner_is_exec_d_and_holds_nothing_of_the_agent() {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             cmdline.starts_with(b"git-agent-spawner\0__git-agent-spawner\0")
                 && status.contains(&format!("\nPPid:\t{me}\n"))
-                && std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
-                    == Some(cgroups.clone())
+                && std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                    .ok()
+                    .as_deref()
+                    == Some(cgroups)
         })
         .collect();
-    assert_eq!(spawners.len(), 1, "this executor's spawner: {spawners:?}");
-    let field = |status: &str, key: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(|v| v.trim().trim_end_matches(" kB").parse().unwrap())
-            .unwrap()
-    };
-    for pid in spawners {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        assert_eq!(field(&status, "Threads:"), 1, "{status}");
-        assert_eq!(
-            std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(),
-            std::fs::read_link("/proc/self/exe").unwrap()
-        );
-        let fds: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .unwrap()
-            .flatten()
-            .map(|e| {
-                let target = std::fs::read_link(e.path()).unwrap_or_default();
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    target.display().to_string(),
-                )
-            })
-            .collect();
-        let mut names: Vec<&str> = fds.iter().map(|(n, _)| n.as_str()).collect();
-        names.sort();
-        assert_eq!(names, ["0", "1", "2", "3"], "{fds:?}");
-        for (n, target) in &fds {
-            match n.as_str() {
-                "3" => assert!(target.starts_with("socket:"), "{fds:?}"),
-                _ => assert_eq!(target, "/dev/null", "{fds:?}"),
-            }
-        }
+    assert_eq!(
+        spawners.len(),
+        1,
+        "the spawner serving the command (cgroups {cgroups:?}): {spawners:?}; fallbacks: {:?}",
+        report.fallbacks
+    );
+    spawners[0]
+}
+
+/// The spawner `pid` is this binary, one thread, with the standard streams on /dev/null and
+/// descriptor 3 onwards exactly `others` (each a prefix or part of the link's target).
+fn assert_spawner_holds(pid: u32, others: &[&str]) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .map(|v| v.trim().to_string());
+    assert_eq!(threads.as_deref(), Some("1"), "{status}");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(),
+        std::fs::read_link("/proc/self/exe").unwrap()
+    );
+    let mut fds: Vec<(u32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let target = std::fs::read_link(e.path()).unwrap_or_default();
+            (
+                e.file_name().to_string_lossy().parse().unwrap(),
+                target.display().to_string(),
+            )
+        })
+        .collect();
+    fds.sort();
+    assert_eq!(fds.len(), 3 + others.len(), "{fds:?}");
+    for (n, target) in &fds[..3] {
+        assert!(*n < 3 && target == "/dev/null", "{fds:?}");
     }
-    drop(leaked);
+    let mut rest: Vec<&str> = fds[3..].iter().map(|(_, t)| t.as_str()).collect();
+    for want in others {
+        let at = rest.iter().position(|t| t.contains(want));
+        assert!(at.is_some(), "no {want} among {fds:?}");
+        rest.remove(at.unwrap());
+    }
 }
