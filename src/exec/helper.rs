@@ -85,6 +85,39 @@ extern "C" fn hook(argc: c_int, argv: *const *const c_char, _envp: *const *const
     unsafe { libc::_exit(code) }
 }
 
+/// Whether `argv` starts the sandbox helper.
+pub(crate) fn is_helper_call(argv: &[CString]) -> bool {
+    argv.get(1)
+        .is_some_and(|a| a.as_bytes() == HELPER_ARG.as_bytes())
+}
+
+/// The helper run in the calling process instead of exec'd, with `env` as its environment
+/// (what `execve` would have given it). The spawner's child is a fresh, single-threaded
+/// process of this same binary: exec'ing it again only reloads a large executable (about
+/// 1.5 ms a command for `git-agent`).
+///
+/// # Safety
+/// Only in a single-threaded process that ends here (the spawner's forked child).
+pub(crate) unsafe fn run_in_process(argv: &[CString], env: &[CString]) -> ! {
+    // SAFETY: (whole body) the environment of a single-threaded process, then its end.
+    unsafe {
+        libc::clearenv();
+        for kv in env {
+            let bytes = kv.as_bytes();
+            let Some(eq) = bytes.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            let (Ok(k), Ok(v)) = (CString::new(&bytes[..eq]), CString::new(&bytes[eq + 1..]))
+            else {
+                continue;
+            };
+            libc::setenv(k.as_ptr(), v.as_ptr(), 1);
+        }
+        let args: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
+        libc::_exit(main(&args))
+    }
+}
+
 /// Whether this binary carries the helper (the hook ran at start-up). Referencing the hook
 /// here also keeps the linker from dropping it from binaries that use the executor.
 pub(crate) fn available() -> bool {

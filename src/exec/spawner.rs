@@ -742,6 +742,10 @@ fn command_child(start: &Start, c: &CommandParts<'_>) -> ! {
                 .chain(std::iter::once(std::ptr::null()))
                 .collect()
         };
+        if start.template.helper && super::helper::is_helper_call(c.argv) {
+            // The helper closes the status pipe with every other descriptor: EOF, started.
+            super::helper::run_in_process(c.argv, c.env);
+        }
         let (argv, envp) = (ptrs(c.argv), ptrs(c.env));
         libc::execve(c.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
         report(errno())
