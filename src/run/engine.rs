@@ -427,7 +427,7 @@ impl<'a> Active<'a> {
         if self.led.rec.state.is_terminal() {
             // The run's private set-ups (issue 38) serve nothing once it has ended.
             environment::remove_private(svc, &self.led.rec.run_id);
-            verification::remove_base_build(&self.led);
+            super::clean_checkout::remove_base_build(&self.led);
             collect_garbage(svc);
         }
         if !svc.warm_pool || !self.led.rec.state.is_terminal() {
@@ -582,7 +582,7 @@ impl<'a> Active<'a> {
                 return Ok(());
             }
             verification::find_flaky(led, bench, cmd).await?;
-            verification::keep_base_build(led, bench, cmd)?;
+            super::clean_checkout::keep_base_build(led, bench, cmd)?;
         }
         Ok(())
     }
@@ -910,7 +910,7 @@ impl<'a> Active<'a> {
         // passed one back): the report's `attempt N` labels and `--json`'s `attempts` count
         // the same thing.
         let attempt = led.rec.fix_attempts + 1;
-        let verdict = verification::final_check(led, bench, &cmd, attempt).await?;
+        let verdict = super::final_check::run(led, bench, &cmd, attempt).await?;
         if let Some(approval) = verdict.pending {
             // A change to the test runner's configuration: a person approves that exact
             // content (then this check runs again) or the run waits.

@@ -28,17 +28,19 @@
 //! - `review.rs` — the reviewer's read of the verified diff.
 //!
 //! A new verification stage (a clean-tree re-run, held-out tests) is a step in
-//! `verification::final_check`; preparing the project's environment before the baseline
+//! `final_check::run`; preparing the project's environment before the baseline
 //! belongs in `environment.rs`; a new phase of the run is a state in `state.rs` and its arm in
 //! `engine.rs`'s state machine.
 
 mod attribution;
 mod checkpoint;
+mod clean_checkout;
 mod context;
 mod deadline;
 pub mod engine;
 mod environment;
 mod error;
+mod final_check;
 #[cfg(test)]
 mod fixture;
 mod gate;
