@@ -42,18 +42,31 @@ pub fn git_with(dir: &Path, config: &[&str], args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Copy the directory tree `from` to `to`.
+/// Copy the directory tree `from` to `to`: files with their permissions, symbolic links as
+/// links (never followed).
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
+        let kind = e.file_type().unwrap();
+        if kind.is_dir() {
             copy_dir(&e.path(), &dest);
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), dest).unwrap();
         } else {
             std::fs::copy(e.path(), dest).unwrap();
         }
     }
+}
+
+/// A loopback port free now (the server under test binds it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A temporary directory whose path has no component starting with `.` (tempfile's own

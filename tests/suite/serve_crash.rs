@@ -14,6 +14,7 @@ use axum::routing::get;
 use git_agent::store::{JobState, SqliteStore, Store};
 use serde_json::{Value, json};
 
+use super::common::free_port;
 use super::server::{client, deliver, issue_payload};
 
 #[derive(Clone, Default)]
@@ -42,14 +43,6 @@ async fn fake_github() -> (String, FakeGitHub) {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, fake)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A `serve` process, killed when dropped: a test that fails must not leave it running (it

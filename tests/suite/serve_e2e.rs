@@ -13,6 +13,7 @@ use std::time::Duration;
 use git_agent::store::{JobState, SqliteStore, Store};
 use serde_json::{Value, json};
 
+use super::common::free_port;
 use super::github::fake::{Fake, npm_dir};
 use super::server::{client, deliver};
 
@@ -271,14 +272,6 @@ impl World {
         let calc = git(&self.remote, &["show", &format!("{}:calc.py", all[0])]);
         assert!(calc.contains("return a + b"), "{calc}");
     }
-}
-
-pub(super) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn wait_healthy(url: &str) {

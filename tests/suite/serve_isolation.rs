@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::serve_e2e::{Running, edit_line, finish_line, free_port, git, world_with};
+use super::common::free_port;
+use super::serve_e2e::{Running, edit_line, finish_line, git, world_with};
 
 /// In B's repository only (its `calc.py`), so in B's mirror, worktree and run record.
 const CANARY_B: &str = "canary-7c2d9a-repo-b";

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use git_agent::server::{AppState, Limits};
 use serde_json::Value;
+
+use super::common::free_port;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -442,15 +444,6 @@ async fn bodies_in_flight_hold_no_more_than_the_budget() {
         series(&metrics(&bot.url).await, "git_agent_http_body_bytes"),
         0.0
     );
-}
-
-/// A port free now (the server binds it next).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Served(Child);

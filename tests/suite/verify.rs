@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::common::copy_dir;
+
 use git_agent::verify::{
     self, Basis, Names, Observation, RunResult, TestCommand, decide, failure_summary, observe,
     reliable_command,
@@ -19,19 +21,6 @@ fn fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
     let dst = tmp.path().join(name);
     copy_dir(&src, &dst);
     (tmp, dst)
-}
-
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for entry in std::fs::read_dir(src).unwrap() {
-        let entry = entry.unwrap();
-        let to = dst.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &to);
-        } else {
-            std::fs::copy(entry.path(), &to).unwrap();
-        }
-    }
 }
 
 /// Runs a command line the way the executor will: through `sh -c`, stdout and stderr together.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::common::git;
+use super::common::{copy_dir, git};
 use git_agent::workspace::{
     CommitRequest, Credentials, Provenance, Repo, WorktreeOptions, WorktreeRequest,
 };
@@ -105,16 +105,6 @@ fn tree_of(dir: &Path, rev: &str) -> String {
     git(dir, &["rev-parse", &format!("{rev}^{{tree}}")])
         .trim()
         .to_string()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(st.success());
 }
 
 /// Our commit of a matrix of changes equals what `git add -A && git commit` makes in a copy.
