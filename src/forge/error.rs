@@ -46,8 +46,14 @@ pub enum Error {
         source: serde_json::Error,
     },
     /// Authentication could not be set up (bad App key, no token).
-    #[error("github authentication: {0}")]
-    Auth(String),
+    #[error("github authentication: {what}")]
+    Auth {
+        /// What could not be done.
+        what: String,
+        /// The cause, where there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The API base URL is not usable.
     #[error("github api base {url}: {why}")]
     BaseUrl {
@@ -73,11 +79,30 @@ pub enum Error {
         source: Box<crate::workspace::Error>,
     },
     /// The local forge could not read or write its files, or lacks what was asked.
-    #[error("local forge: {0}")]
-    Local(String),
+    #[error("local forge: {what}")]
+    Local {
+        /// What could not be done, or what is missing.
+        what: String,
+        /// The file system's error, where there is one.
+        #[source]
+        source: Option<std::io::Error>,
+    },
     /// A background task died (a bug, not a forge failure).
-    #[error("forge task: {0}")]
-    Join(String),
+    #[error("a forge task ended abnormally")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Any error, as a cause.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Error {
+    /// Authentication failed at `what`, because of `source`.
+    pub(crate) fn auth(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Auth {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
 }
 
 /// `Result` with this module's [`Error`].

@@ -410,9 +410,11 @@ impl GitHub {
                 if token.is_empty()
                     || http::HeaderValue::from_str(&format!("Bearer {token}")).is_err()
                 {
-                    return Err(Error::Auth(
-                        "the token is empty or holds characters not allowed in a header".into(),
-                    ));
+                    return Err(Error::Auth {
+                        what: "the token is empty or holds characters not allowed in a header"
+                            .into(),
+                        source: None,
+                    });
                 }
                 Auth::Token(token)
             }
@@ -422,20 +424,20 @@ impl GitHub {
             Auth::Token(token) => builder
                 .personal_token(token.clone())
                 .build()
-                .map_err(|e| Error::Auth(format!("cannot build the client: {e}")))?,
+                .map_err(|e| Error::auth("cannot build the client", e))?,
             Auth::App {
                 app_id,
                 private_key_pem,
                 installation_id,
             } => {
                 let key = octocrab::EncodingKey::from_rsa_pem(private_key_pem.as_bytes())
-                    .map_err(|e| Error::Auth(format!("the App private key is not RSA PEM: {e}")))?;
+                    .map_err(|e| Error::auth("the App private key is not RSA PEM", e))?;
                 builder
                     .app((*app_id).into(), key)
                     .build()
-                    .map_err(|e| Error::Auth(format!("cannot build the client: {e}")))?
+                    .map_err(|e| Error::auth("cannot build the client", e))?
                     .installation((*installation_id).into())
-                    .map_err(|e| Error::Auth(format!("installation {installation_id}: {e}")))?
+                    .map_err(|e| Error::auth(format!("installation {installation_id}"), e))?
             }
         };
         let blobs = reqwest::Client::builder()
@@ -443,7 +445,7 @@ impl GitHub {
             .connect_timeout(Duration::from_secs(30))
             .timeout(Duration::from_secs(300))
             .build()
-            .map_err(|e| Error::Auth(format!("cannot build the log client: {e}")))?;
+            .map_err(|e| Error::auth("cannot build the log client", e))?;
         Ok(GitHub {
             crab,
             auth,
@@ -462,7 +464,7 @@ impl GitHub {
                 .installation_token_with_buffer(chrono::Duration::minutes(5))
                 .await
                 .map(|s| s.expose_secret().to_string())
-                .map_err(|e| Error::Auth(format!("cannot mint an installation token: {e}"))),
+                .map_err(|e| Error::auth("cannot mint an installation token", e)),
         }
     }
 
@@ -735,8 +737,7 @@ impl Forge for GitHub {
         let (remote_owned, refs, prefix) =
             (remote.to_string(), refs.to_vec(), branch_prefix.to_string());
         tokio::task::spawn_blocking(move || local.push(&remote_owned, &refs, &prefix, Some(&creds)))
-            .await
-            .map_err(|e| Error::Join(e.to_string()))?
+            .await?
             .map_err(|source| Error::Push {
                 remote: remote.to_string(),
                 source,

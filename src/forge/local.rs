@@ -92,13 +92,25 @@ fn bot() -> User {
     }
 }
 
-fn local(msg: impl Into<String>) -> Error {
-    Error::Local(msg.into())
+/// What the local forge lacks.
+fn local(what: impl Into<String>) -> Error {
+    Error::Local {
+        what: what.into(),
+        source: None,
+    }
+}
+
+/// A file the local forge could not read or write.
+fn local_io(what: impl Into<String>, source: std::io::Error) -> Error {
+    Error::Local {
+        what: what.into(),
+        source: Some(source),
+    }
 }
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let bytes =
-        std::fs::read(path).map_err(|e| local(format!("cannot read {}: {e}", path.display())))?;
+        std::fs::read(path).map_err(|e| local_io(format!("cannot read {}", path.display()), e))?;
     serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
         what: path.display().to_string(),
         source,
@@ -108,7 +120,7 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
 /// Write `bytes` to `path` atomically (temp file in the same directory, then rename).
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     crate::fsutil::write_atomic(path, bytes, crate::fsutil::Durability::Durable)
-        .map_err(|e| local(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| local_io(format!("cannot write {}", path.display()), e))
 }
 
 impl LocalForge {
@@ -182,7 +194,7 @@ impl LocalForge {
             created_at: String,
         }
         let entries = std::fs::read_dir(&self.runs_dir)
-            .map_err(|e| local(format!("cannot read {}: {e}", self.runs_dir.display())))?;
+            .map_err(|e| local_io(format!("cannot read {}", self.runs_dir.display()), e))?;
         entries
             .flatten()
             .filter_map(|e| {
@@ -196,7 +208,7 @@ impl LocalForge {
 
     fn pull(&self, p: &LocalPull) -> Result<PullRequest> {
         let body = std::fs::read_to_string(&p.path)
-            .map_err(|e| local(format!("cannot read {}: {e}", p.path.display())))?;
+            .map_err(|e| local_io(format!("cannot read {}", p.path.display()), e))?;
         Ok(PullRequest {
             number: p.number,
             title: p.title.clone(),
@@ -224,7 +236,7 @@ impl LocalForge {
             return Ok(issue);
         }
         let text = std::fs::read_to_string(&md)
-            .map_err(|e| local(format!("no issue {number} in {}: {e}", dir.display())))?;
+            .map_err(|e| local_io(format!("no issue {number} in {}", dir.display()), e))?;
         let (title, body) = text.split_once('\n').unwrap_or((text.as_str(), ""));
         Ok(Issue {
             number,
@@ -288,8 +300,7 @@ impl Forge for LocalForge {
         let (remote_owned, refs, prefix) =
             (remote.to_string(), refs.to_vec(), branch_prefix.to_string());
         tokio::task::spawn_blocking(move || local_repo.push(&remote_owned, &refs, &prefix, None))
-            .await
-            .map_err(|e| Error::Join(e.to_string()))?
+            .await?
             .map_err(|source| Error::Push {
                 remote: remote.to_string(),
                 source,

@@ -262,8 +262,7 @@ pub(crate) async fn fetch_record(
 ) -> Result<()> {
     let (remote_owned, id) = (remote.to_string(), run_id.to_string());
     tokio::task::spawn_blocking(move || local.fetch_run_record(&remote_owned, &id, creds.as_ref()))
-        .await
-        .map_err(|e| Error::Join(e.to_string()))?
+        .await?
         .map_err(|source| Error::Fetch {
             what: format!("run record {run_id} from {remote}"),
             source: Box::new(source),

@@ -85,16 +85,13 @@ pub struct GitHubRunner {
 
 impl GitHubRunner {
     fn forge_for(&self, job: &JobInput, event: &Event<'_>) -> Result<GitHub> {
-        let fail = |message: String| Error::Runner {
-            job: job.job_id.clone(),
-            message,
-        };
+        let fail = |what: &str| Error::runner(&job.job_id, what);
         let auth = match &self.credentials {
             Credentials::Token(t) => Auth::Token(t.expose_secret().to_string()),
             Credentials::App { app_id, key } => {
                 let installation_id = event
                     .installation_id()
-                    .ok_or_else(|| fail("the delivery names no App installation".into()))?;
+                    .ok_or_else(|| fail("the delivery names no App installation"))?;
                 Auth::App {
                     app_id: *app_id,
                     private_key_pem: key.expose_secret().to_string(),
@@ -102,17 +99,14 @@ impl GitHubRunner {
                 }
             }
         };
-        GitHub::new(auth, self.options.clone()).map_err(|e| fail(e.to_string()))
+        GitHub::new(auth, self.options.clone())
+            .map_err(|e| Error::runner_by(&job.job_id, "cannot set up the GitHub client", e))
     }
 }
 
 #[async_trait]
 impl JobRunner for GitHubRunner {
     async fn run(&self, job: &JobInput, cancel: CancellationToken) -> Result<JobOutcome> {
-        let fail = |message: String| Error::Runner {
-            job: job.job_id.clone(),
-            message,
-        };
         let event = match Event::parse(&job.event, &job.payload) {
             Ok(event) => event,
             Err(e) => {
@@ -126,7 +120,9 @@ impl JobRunner for GitHubRunner {
         let outcome =
             trigger::evaluate(forge.as_ref(), &self.trigger, &self.trigger_options, &event)
                 .await
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| {
+                    Error::runner_by(&job.job_id, "cannot read what the event asks for", e)
+                })?;
         let repo = match &outcome {
             Outcome::Ignored { reason } => {
                 return Ok(JobOutcome::Ignored {
@@ -141,10 +137,13 @@ impl JobRunner for GitHubRunner {
             Outcome::Approve { control, .. } | Outcome::Retry(control) => control.repo.clone(),
             Outcome::Run(t) => match &t.task.repo {
                 Some(r) => r.clone(),
-                None => return Err(fail("the task names no repository".into())),
+                None => return Err(Error::runner(&job.job_id, "the task names no repository")),
             },
         };
-        let git_token = github.git_token().await.map_err(|e| fail(e.to_string()))?;
+        let git_token = github
+            .git_token()
+            .await
+            .map_err(|e| Error::runner_by(&job.job_id, "cannot get a token for git", e))?;
         let target = Target {
             forge,
             remote: format!(

@@ -49,10 +49,7 @@ impl EnginePublisher {
 
 /// Why a job could not be carried out, for the worker's log and the job's record.
 fn failed(job: &str) -> impl Fn(String) -> Error + '_ {
-    move |message| Error::Runner {
-        job: job.to_string(),
-        message,
-    }
+    move |what| Error::runner(job, what)
 }
 
 #[async_trait]
@@ -148,7 +145,7 @@ async fn run_and_publish(
     target: Target,
     stop: CancellationToken,
 ) -> std::result::Result<JobOutcome, String> {
-    let text = |e: crate::run::Error| error_chain(&e);
+    let text = |e: crate::run::Error| super::error::chain(&e);
     let forge = target.forge.as_ref();
     let repo = mirror(&state.join("repos"), repo_ref)?;
     let creds = target
@@ -181,19 +178,4 @@ async fn run_and_publish(
         .await
         .map_err(text)?;
     Ok(JobOutcome::Ran(summary(&published)))
-}
-
-/// `e` and each of its sources not already in its text, joined with ": ".
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }

@@ -281,7 +281,7 @@ async fn process(ctx: &Ctx, owner: &str, job: Job) {
                 Ok(JobOutcome::Ignored { reason }) => {
                     finish_of(JobState::Succeeded, format!("ignored: {reason}"), started)
                 }
-                Err(e) => finish_of(JobState::Failed, e.to_string(), started),
+                Err(e) => finish_of(JobState::Failed, super::error::chain(&e), started),
             };
             write_finish(ctx, owner, &job, f, started).await;
         }

@@ -83,9 +83,10 @@ impl JobRunner for TestRunner {
             let i = running.iter().position(|l| *l == lane).unwrap();
             running.remove(i);
         }
-        (self.behaviour)(job, n).map_err(|message| server::Error::Runner {
+        (self.behaviour)(job, n).map_err(|what| server::Error::Runner {
             job: job.job_id.clone(),
-            message,
+            what,
+            source: None,
         })
     }
 }

@@ -338,7 +338,7 @@ async fn app_auth_mints_caches_and_refreshes_installation_tokens() {
         },
         options(&fake),
     );
-    assert!(matches!(bad, Err(Error::Auth(_))));
+    assert!(matches!(bad, Err(Error::Auth { .. })));
     fake.assert_clean();
 }
 
