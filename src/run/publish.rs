@@ -581,7 +581,6 @@ async fn publish_found(
         )));
     }
     let convo = conversation(&task);
-    let budget_usd = svc.config.settings.budget.max_usd;
     if let (Some(target), Some((repo_ref, _))) = (react_to, &convo)
         && let Err(e) = forge.react_eyes(repo_ref, target).await
     {
@@ -598,133 +597,48 @@ async fn publish_found(
         .as_ref()
         .map(|e| e.run_id.clone())
         .unwrap_or_else(|| ulid::Ulid::generate().to_string());
-    let key = task.key.clone();
-    // The PR merges into the branch as the forge names it; the engine needs a ref it can
-    // resolve in this clone (in an Actions checkout a PR's base may exist only as origin/…).
-    let pr_base = task
-        .base
-        .trim_start_matches("refs/heads/")
-        .trim_start_matches("origin/")
-        .to_string();
-    if svc.repo.resolve(&task.base).is_err() {
-        let remote_ref = format!("origin/{pr_base}");
-        if svc.repo.resolve(&remote_ref).is_ok() {
-            task.base = remote_ref;
-        }
-    }
-    // Continuing a PR's branch that this clone has only as origin/…: start from its tip, so
-    // the run adds to the branch instead of replacing it.
-    if let Some(branch) = &task.branch
-        && !svc.repo.branch_exists(branch)
-    {
-        let remote_ref = format!("origin/{branch}");
-        if svc.repo.resolve(&remote_ref).is_ok() {
-            task.base = remote_ref;
-        }
-    }
-
-    let comment = |record: Option<RunRecord>,
-                   pr_url: Option<String>,
-                   report: Option<String>,
-                   error: Option<String>| {
-        let convo = convo.clone();
-        let (run_id, key) = (run_id.clone(), key.clone());
-        async move {
-            let (repo_ref, number) = convo?;
-            let body = progress_body(&ProgressView {
-                run_id: &run_id,
-                key: &key,
-                record: record.as_ref(),
-                budget_usd,
-                pr_url: pr_url.as_deref(),
-                report: report.as_deref(),
-                error: error.as_deref(),
-            });
-            let body = svc.redactor.clean(&body);
-            match forge
-                .upsert_progress(&repo_ref, number, &run_id, &body)
-                .await
-            {
-                Ok(c) => Some(c.html_url),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot write the progress comment");
-                    None
-                }
-            }
-        }
+    let pr_base = pr_base_of(&task.base);
+    resolve_bases(&svc.repo, &mut task, &pr_base);
+    let progress = Progress {
+        svc,
+        forge,
+        convo,
+        run_id: &run_id,
+        key: task.key.clone(),
     };
-
-    let earlier = existing.as_ref().and_then(|e| e.record.clone());
+    let earlier = existing.and_then(|e| e.record);
     let earlier_pr = earlier.as_ref().and_then(|r| match &r.pr {
         Some(PrRef::Url(u)) => Some(u.clone()),
         _ => None,
     });
-    let mut comment_url = comment(earlier.clone(), earlier_pr, None, None).await;
+    let mut comment_url = progress.show(earlier.clone(), earlier_pr, None, None).await;
 
     let dir = svc.repo.run_dir(&run_id);
-    let engine_run = async {
-        if resumed {
-            let by = approve.as_deref().unwrap_or("");
-            engine::resume(svc, &run_id, approve.is_some(), by).await
-        } else {
-            let opts = StartOptions {
+    let how = if resumed {
+        EngineRun::Resume {
+            approved_by: approve,
+        }
+    } else {
+        EngineRun::Start {
+            task: Box::new(task.clone()),
+            opts: Box::new(StartOptions {
                 run_id: Some(run_id.clone()),
                 ..start
-            };
-            engine::start(svc, task.clone(), opts).await
+            }),
         }
     };
-    let watch = async {
-        let Some(every) = progress_every else {
-            return std::future::pending::<()>().await;
-        };
-        let mut shown = earlier.as_ref().map(|r| r.state);
-        loop {
-            tokio::time::sleep(every).await;
-            if let Ok(rec) = RunRecord::load(&dir)
-                && shown != Some(rec.state)
-            {
-                shown = Some(rec.state);
-                comment(Some(rec), None, None, None).await;
-            }
-        }
+    let watched = Watched {
+        dir: &dir,
+        shown: earlier.as_ref().map(|r| r.state),
+        every: progress_every,
     };
-    let stopped = async {
-        match &stop {
-            Some(t) => t.cancelled().await,
-            None => std::future::pending().await,
-        }
-    };
-    let result = tokio::select! {
-        r = engine_run => Some(r),
-        () = watch => Some(Err(Error::Invalid("the progress watcher ended".into()))),
-        () = stopped => None,
-    };
-    // Stopped: the engine's future is dropped by now (it saved at its last step); record the
-    // end, then publish what there is like any ended run.
-    let result = match result {
-        Some(r) => r,
-        None => engine::cancel(svc, &run_id, "Stopped by `/agent stop`."),
-    };
-    let outcome = match result {
+    let outcome = match run_engine(&progress, how, watched, stop.as_ref()).await {
         Ok(o) => o,
         Err(e) => {
-            // The engine saved the record and report before returning its error: show them,
-            // and keep the evidence on the remote.
-            let rec = RunRecord::load(&dir).ok();
-            if rec.is_some()
-                && let Err(pe) = forge
-                    .push(
-                        svc.repo.clone(),
-                        &remote,
-                        &[run_ref(&run_id)],
-                        &svc.config.settings.git.branch_prefix,
-                    )
-                    .await
-            {
-                tracing::warn!(error = %pe, "cannot push the record of a failed run");
-            }
-            comment(rec, None, None, Some(e.to_string())).await;
+            keep_failed_run(&progress, &remote, &dir).await;
+            progress
+                .show(RunRecord::load(&dir).ok(), None, None, Some(e.to_string()))
+                .await;
             return Err(e);
         }
     };
@@ -732,97 +646,23 @@ async fn publish_found(
     let report_path = dir.join(files::PR);
     let report = std::fs::read_to_string(&report_path)
         .map_err(|e| Error::io("cannot read the report", &report_path, e))?;
-    let prefix = svc.config.settings.git.branch_prefix.clone();
-    let has_branch = !rec.commits.is_empty() && svc.repo.branch_exists(&rec.branch);
-    let audit = {
-        let redactor = svc.redactor.clone();
-        Appender::open(
-            &dir.join(files::AUDIT),
-            &run_id,
-            std::sync::Arc::new(move |s: &str| redactor.redact(s)),
-        )?
-        .0
-    };
-
-    let mut refs = Vec::new();
-    if has_branch {
-        refs.push(format!("refs/heads/{}", rec.branch));
-    }
-    refs.push(run_ref(&run_id));
-    let pushed = forge.push(svc.repo.clone(), &remote, &refs, &prefix).await;
-    // The branch name this run made for itself is taken on the remote (another run for the
-    // same issue, from another front door): publish under a name of its own. The push is
-    // atomic, so nothing of the refused attempt is on the remote. A branch the run was
-    // asked to continue is never renamed.
-    let pushed = match pushed {
-        Err(crate::forge::Error::Push {
-            source: crate::workspace::Error::PushRejected { refs: refused, .. },
-            ..
-        }) if has_branch
-            && refused.contains(&format!("refs/heads/{}", rec.branch))
-            && rec.branch == engine::default_branch(&prefix, &rec.task, &run_id) =>
-        {
-            let unique = format!("{}-{}", rec.branch, engine::run_suffix(&run_id));
-            svc.repo.copy_branch(&rec.branch, &unique)?;
-            audit.append(
-                Kind::Push,
-                json!({"refused": rec.branch, "branch": unique, "why": "the branch exists on the remote with other commits"}),
-            )?;
-            rec.branch = unique;
-            // The record names the branch it published (a forge finds the run by it).
-            rec.save(&dir, &svc.redactor)
-                .map_err(|e| Error::io("cannot write the record in", &dir, e))?;
-            refs[0] = format!("refs/heads/{}", rec.branch);
-            forge.push(svc.repo.clone(), &remote, &refs, &prefix).await
-        }
-        other => other,
-    };
-    pushed.map_err(forge_err(format!("pushing {}", refs.join(", "))))?;
-    audit.append(
-        Kind::Push,
-        json!({"remote": redact_remote(&remote), "refs": refs}),
-    )?;
+    let audit = open_audit(svc, &dir, &run_id)?;
+    push_branch_and_record(svc, forge, &remote, &mut rec, &dir, &audit).await?;
     failpoint("after-push");
-
-    let mut pr_url = None;
-    let wants_pr =
-        !rec.commits.is_empty() && rec.task.mode == Mode::Fix && rec.state != RunState::Cancelled;
-    if let (true, Some(repo_ref)) = (wants_pr, task.repo.as_ref()) {
-        let title = format!("agent: {}", first_line(&rec.task.goal, 72));
-        let pr = forge
-            .open_draft_pr(
-                repo_ref,
-                &PrRequest {
-                    title: svc.redactor.clean(&title),
-                    body: svc.redactor.clean(&report),
-                    head: rec.branch.clone(),
-                    base: pr_base.clone(),
-                },
-            )
-            .await
-            .map_err(forge_err(format!(
-                "opening the draft pull request for {}",
-                rec.branch
-            )))?;
-        audit.append(
-            Kind::Forge,
-            json!({"pull_request": pr.number, "url": pr.html_url, "head": pr.head_ref, "base": pr.base_ref}),
-        )?;
-        rec.pr = Some(PrRef::Url(pr.html_url.clone()));
-        pr_url = Some(pr.html_url);
-    }
+    let pr_wanted = wants_pr(!rec.commits.is_empty(), rec.task.mode, rec.state);
+    let pr_url = match (pr_wanted, task.repo.as_ref()) {
+        (true, Some(repo_ref)) => {
+            Some(open_pr(svc, forge, repo_ref, &mut rec, &pr_base, &report, &audit).await?)
+        }
+        _ => None,
+    };
     failpoint("after-pr");
-    rec.audit_head = Some(audit.head()?);
-    rec.save(&dir, &svc.redactor)
-        .map_err(|e| Error::io("cannot write the record in", &dir, e))?;
-    svc.repo.mirror_run_record(&run_id)?;
-    forge
-        .push(svc.repo.clone(), &remote, &[run_ref(&run_id)], &prefix)
-        .await
-        .map_err(forge_err(format!("pushing {}", run_ref(&run_id))))?;
-
+    seal_record(svc, forge, &remote, &mut rec, &dir, &audit).await?;
     let folded = pr_url.is_none().then(|| report.clone());
-    if let Some(url) = comment(Some(rec.clone()), pr_url.clone(), folded, None).await {
+    if let Some(url) = progress
+        .show(Some(rec.clone()), pr_url.clone(), folded, None)
+        .await
+    {
         comment_url = Some(url);
     }
     Ok(Published {
@@ -836,6 +676,292 @@ async fn publish_found(
         record: rec,
         run_dir: dir,
     })
+}
+
+/// The branch a PR merges into, as the forge names it (`refs/heads/` and `origin/` off).
+fn pr_base_of(base: &str) -> String {
+    base.trim_start_matches("refs/heads/")
+        .trim_start_matches("origin/")
+        .to_string()
+}
+
+/// Make the task's base a ref this clone can resolve: in an Actions checkout a PR's base
+/// may exist only as `origin/…`; and a PR's branch that this clone has only as `origin/…`
+/// is continued from its tip, so the run adds to the branch instead of replacing it.
+fn resolve_bases(repo: &Repo, task: &mut Task, pr_base: &str) {
+    if repo.resolve(&task.base).is_err() {
+        let remote_ref = format!("origin/{pr_base}");
+        if repo.resolve(&remote_ref).is_ok() {
+            task.base = remote_ref;
+        }
+    }
+    if let Some(branch) = &task.branch
+        && !repo.branch_exists(branch)
+    {
+        let remote_ref = format!("origin/{branch}");
+        if repo.resolve(&remote_ref).is_ok() {
+            task.base = remote_ref;
+        }
+    }
+}
+
+/// The run's one progress comment in its conversation, written over as the run goes.
+struct Progress<'a> {
+    svc: &'a Services,
+    forge: &'a dyn Forge,
+    convo: Option<(RepoRef, u64)>,
+    run_id: &'a str,
+    key: String,
+}
+
+impl Progress<'_> {
+    /// Write the comment (a courtesy: a forge failure is logged); its URL when written.
+    async fn show(
+        &self,
+        record: Option<RunRecord>,
+        pr_url: Option<String>,
+        report: Option<String>,
+        error: Option<String>,
+    ) -> Option<String> {
+        let (repo_ref, number) = self.convo.as_ref()?;
+        let body = progress_body(&ProgressView {
+            run_id: self.run_id,
+            key: &self.key,
+            record: record.as_ref(),
+            budget_usd: self.svc.config.settings.budget.max_usd,
+            pr_url: pr_url.as_deref(),
+            report: report.as_deref(),
+            error: error.as_deref(),
+        });
+        let body = self.svc.redactor.clean(&body);
+        match self
+            .forge
+            .upsert_progress(repo_ref, *number, self.run_id, &body)
+            .await
+        {
+            Ok(c) => Some(c.html_url),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot write the progress comment");
+                None
+            }
+        }
+    }
+}
+
+/// A new run, or the continuation of a saved one (approved by someone, or not).
+enum EngineRun {
+    Start {
+        task: Box<Task>,
+        opts: Box<StartOptions>,
+    },
+    Resume {
+        approved_by: Option<String>,
+    },
+}
+
+/// Where the run's record is watched for a new state to show, and how often.
+struct Watched<'a> {
+    dir: &'a std::path::Path,
+    shown: Option<RunState>,
+    every: Option<Duration>,
+}
+
+/// Run the engine until the run ends, showing each new state in the progress comment; on
+/// `stop` the engine's future is dropped (it saved at its last step) and the run is ended
+/// as cancelled, to be published like any ended run.
+async fn run_engine(
+    progress: &Progress<'_>,
+    how: EngineRun,
+    mut watched: Watched<'_>,
+    stop: Option<&CancellationToken>,
+) -> Result<engine::Outcome> {
+    let svc = progress.svc;
+    let engine_run = async {
+        match how {
+            EngineRun::Resume { approved_by } => {
+                let by = approved_by.as_deref().unwrap_or("");
+                engine::resume(svc, progress.run_id, approved_by.is_some(), by).await
+            }
+            EngineRun::Start { task, opts } => engine::start(svc, *task, *opts).await,
+        }
+    };
+    let watch = async {
+        let Some(every) = watched.every else {
+            return std::future::pending::<()>().await;
+        };
+        loop {
+            tokio::time::sleep(every).await;
+            if let Ok(rec) = RunRecord::load(watched.dir)
+                && watched.shown != Some(rec.state)
+            {
+                watched.shown = Some(rec.state);
+                progress.show(Some(rec), None, None, None).await;
+            }
+        }
+    };
+    let stopped = async {
+        match stop {
+            Some(t) => t.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = engine_run => r,
+        () = watch => Err(Error::Invalid("the progress watcher ended".into())),
+        () = stopped => engine::cancel(svc, progress.run_id, "Stopped by `/agent stop`."),
+    }
+}
+
+/// A run that ended in an error saved its record and report first: keep them on the
+/// remote as evidence (a failure to is logged).
+async fn keep_failed_run(progress: &Progress<'_>, remote: &str, dir: &std::path::Path) {
+    let svc = progress.svc;
+    if RunRecord::load(dir).is_err() {
+        return;
+    }
+    if let Err(e) = progress
+        .forge
+        .push(
+            svc.repo.clone(),
+            remote,
+            &[run_ref(progress.run_id)],
+            &svc.config.settings.git.branch_prefix,
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "cannot push the record of a failed run");
+    }
+}
+
+/// The run's audit log, appended to as it is published.
+fn open_audit(svc: &Services, dir: &std::path::Path, run_id: &str) -> Result<Appender> {
+    let redactor = svc.redactor.clone();
+    Ok(Appender::open(
+        &dir.join(files::AUDIT),
+        run_id,
+        std::sync::Arc::new(move |s: &str| redactor.redact(s)),
+    )?
+    .0)
+}
+
+/// Push the run's branch (when it made commits) and its record's ref, atomically. A branch
+/// name the run made for itself that is taken on the remote (another run for the same
+/// issue, from another front door) is published under a name of its own; nothing of the
+/// refused attempt is on the remote. A branch the run was asked to continue is never renamed.
+async fn push_branch_and_record(
+    svc: &Services,
+    forge: &dyn Forge,
+    remote: &str,
+    rec: &mut RunRecord,
+    dir: &std::path::Path,
+    audit: &Appender,
+) -> Result<()> {
+    let prefix = &svc.config.settings.git.branch_prefix;
+    let has_branch = !rec.commits.is_empty() && svc.repo.branch_exists(&rec.branch);
+    let mut refs = Vec::new();
+    if has_branch {
+        refs.push(format!("refs/heads/{}", rec.branch));
+    }
+    refs.push(run_ref(&rec.run_id));
+    let mut pushed = forge.push(svc.repo.clone(), remote, &refs, prefix).await;
+    let own_default = engine::default_branch(prefix, &rec.task, &rec.run_id);
+    if has_branch && branch_taken(&pushed, &rec.branch, &own_default) {
+        let unique = format!("{}-{}", rec.branch, engine::run_suffix(&rec.run_id));
+        svc.repo.copy_branch(&rec.branch, &unique)?;
+        audit.append(
+            Kind::Push,
+            json!({"refused": rec.branch, "branch": unique, "why": "the branch exists on the remote with other commits"}),
+        )?;
+        rec.branch = unique;
+        // The record names the branch it published (a forge finds the run by it).
+        rec.save(dir, &svc.redactor)
+            .map_err(|e| Error::io("cannot write the record in", dir, e))?;
+        refs[0] = format!("refs/heads/{}", rec.branch);
+        pushed = forge.push(svc.repo.clone(), remote, &refs, prefix).await;
+    }
+    pushed.map_err(forge_err(format!("pushing {}", refs.join(", "))))?;
+    audit.append(
+        Kind::Push,
+        json!({"remote": redact_remote(remote), "refs": refs}),
+    )?;
+    Ok(())
+}
+
+/// Whether the push was refused because `branch`, the name the run made for itself
+/// (`own_default`), is taken on the remote, so it may publish under another; never for a
+/// branch it was asked to continue.
+fn branch_taken(
+    pushed: &std::result::Result<(), crate::forge::Error>,
+    branch: &str,
+    own_default: &str,
+) -> bool {
+    matches!(
+        pushed,
+        Err(crate::forge::Error::Push {
+            source: crate::workspace::Error::PushRejected { refs: refused, .. },
+            ..
+        }) if refused.contains(&format!("refs/heads/{branch}")) && branch == own_default
+    )
+}
+
+/// Whether an ended run gets a draft PR: it made commits, fixes, and was not stopped.
+fn wants_pr(made_commits: bool, mode: Mode, state: RunState) -> bool {
+    made_commits && mode == Mode::Fix && state != RunState::Cancelled
+}
+
+/// Open the draft PR of the pushed branch into `pr_base`, with the report as its body; its
+/// URL.
+async fn open_pr(
+    svc: &Services,
+    forge: &dyn Forge,
+    repo_ref: &RepoRef,
+    rec: &mut RunRecord,
+    pr_base: &str,
+    report: &str,
+    audit: &Appender,
+) -> Result<String> {
+    let title = format!("agent: {}", first_line(&rec.task.goal, 72));
+    let pr = forge
+        .open_draft_pr(
+            repo_ref,
+            &PrRequest {
+                title: svc.redactor.clean(&title),
+                body: svc.redactor.clean(report),
+                head: rec.branch.clone(),
+                base: pr_base.to_string(),
+            },
+        )
+        .await
+        .map_err(forge_err(format!(
+            "opening the draft pull request for {}",
+            rec.branch
+        )))?;
+    audit.append(
+        Kind::Forge,
+        json!({"pull_request": pr.number, "url": pr.html_url, "head": pr.head_ref, "base": pr.base_ref}),
+    )?;
+    rec.pr = Some(PrRef::Url(pr.html_url.clone()));
+    Ok(pr.html_url)
+}
+
+/// Seal the record with the audit log's head, save it, mirror it to its ref and push that.
+async fn seal_record(
+    svc: &Services,
+    forge: &dyn Forge,
+    remote: &str,
+    rec: &mut RunRecord,
+    dir: &std::path::Path,
+    audit: &Appender,
+) -> Result<()> {
+    rec.audit_head = Some(audit.head()?);
+    rec.save(dir, &svc.redactor)
+        .map_err(|e| Error::io("cannot write the record in", dir, e))?;
+    svc.repo.mirror_run_record(&rec.run_id)?;
+    let prefix = &svc.config.settings.git.branch_prefix;
+    forge
+        .push(svc.repo.clone(), remote, &[run_ref(&rec.run_id)], prefix)
+        .await
+        .map_err(forge_err(format!("pushing {}", run_ref(&rec.run_id))))
 }
 
 /// A remote for the audit log: a URL without any user information.
@@ -852,6 +978,50 @@ fn redact_remote(remote: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pr_merges_into_the_branch_as_the_forge_names_it() {
+        assert_eq!(pr_base_of("refs/heads/main"), "main");
+        assert_eq!(pr_base_of("origin/release/1.x"), "release/1.x");
+        assert_eq!(pr_base_of("main"), "main");
+    }
+
+    #[test]
+    fn only_a_fix_with_commits_that_was_not_stopped_gets_a_pr() {
+        assert!(wants_pr(true, Mode::Fix, RunState::Succeeded));
+        assert!(wants_pr(true, Mode::Fix, RunState::Failed));
+        assert!(!wants_pr(false, Mode::Fix, RunState::Succeeded));
+        assert!(!wants_pr(true, Mode::Fix, RunState::Cancelled));
+        assert!(!wants_pr(true, Mode::Plan, RunState::Succeeded));
+    }
+
+    #[test]
+    fn only_the_runs_own_branch_name_is_renamed_when_the_remote_has_it() {
+        let rejected = |refs: &[&str]| -> std::result::Result<(), crate::forge::Error> {
+            Err(crate::forge::Error::Push {
+                remote: "origin".into(),
+                source: crate::workspace::Error::PushRejected {
+                    refs: refs.iter().map(|r| r.to_string()).collect(),
+                    detail: "fetch first".into(),
+                },
+            })
+        };
+        let own = "agent/7-fix-it";
+        assert!(branch_taken(
+            &rejected(&["refs/heads/agent/7-fix-it"]),
+            own,
+            own
+        ));
+        // A branch the run was asked to continue keeps its name: the push fails.
+        assert!(!branch_taken(
+            &rejected(&["refs/heads/feature"]),
+            "feature",
+            own
+        ));
+        // Refused for another ref, or not refused: nothing to rename.
+        assert!(!branch_taken(&rejected(&["refs/agent/runs/x"]), own, own));
+        assert!(!branch_taken(&Ok(()), own, own));
+    }
 
     #[test]
     fn key_marker_is_stable_and_hides_the_key() {
