@@ -30,7 +30,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use sha2::{Digest as _, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::engine::{self, Services, StartOptions};
@@ -39,12 +38,18 @@ use super::record::{PrRef, RunRecord, files, first_line};
 use super::state::RunState;
 use crate::audit::chain::{Appender, Kind};
 use crate::failpoint::failpoint;
-use crate::forge::{CommentTarget, Forge, PrRequest, progress_run_id};
-use crate::model::ResumeState;
+use crate::forge::{CommentTarget, Forge, PrRequest};
 use crate::task::{Mode, Origin, RepoRef, Task};
-use crate::tools::StepStatus;
-use crate::trigger::Outcome;
-use crate::workspace::{Credentials as GitCredentials, Repo, run_ref};
+use crate::workspace::{Repo, run_ref};
+
+mod find;
+mod progress;
+
+pub use find::{
+    Fetch, Lookup, Prepared, Resolved, find_run, key_marker, resolve, resume_state,
+    run_in_conversation,
+};
+use progress::Progress;
 
 /// What to publish: a triggered task and where its branch goes.
 #[derive(Debug, Clone)]
@@ -120,13 +125,6 @@ pub struct Existing {
     pub record: Option<RunRecord>,
 }
 
-/// The hidden marker carrying a request's key in its progress comment: a hash, so no text
-/// of the key can close the HTML comment.
-pub fn key_marker(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    format!("<!-- git-agent:key sha256={} -->", hex::encode(digest))
-}
-
 /// The issue or PR whose conversation a task belongs to.
 fn conversation(task: &Task) -> Option<(RepoRef, u64)> {
     let number = match &task.origin {
@@ -144,402 +142,6 @@ fn forge_err(what: impl Into<String>) -> impl FnOnce(crate::forge::Error) -> Err
         what,
         source: Box::new(source),
     }
-}
-
-/// The newest local run record whose task has `key`.
-fn local_run(repo: &Repo, key: &str) -> Option<RunRecord> {
-    let runs = repo.agent_dir().join("runs");
-    let entries = std::fs::read_dir(&runs).ok()?;
-    entries
-        .flatten()
-        .filter_map(|e| RunRecord::load(&e.path()).ok())
-        .filter(|r| r.task.key == key)
-        .max_by(|a, b| a.created_at.cmp(&b.created_at))
-}
-
-/// The run id a progress comment announces, if it is one we could have made (a ULID): an id
-/// from a comment is never used as a path or branch name unchecked.
-fn announced_id(body: &str) -> Option<String> {
-    let id = progress_run_id(body)?;
-    ulid::Ulid::from_string(id).ok().map(|u| u.to_string())
-}
-
-/// Find an earlier run of the same request (same non-empty [`Task::key`]).
-///
-/// Looks at the local run records first (a worker on the same machine), then at the bot
-/// comments of the task's conversation for a progress comment carrying the key's marker
-/// (an earlier Actions job on another runner); that run's record is fetched from `remote`
-/// and restored locally. Comments by people are never believed: anyone can paste a marker.
-pub async fn find_run(
-    repo: &Repo,
-    forge: &dyn Forge,
-    task: &Task,
-    remote: &str,
-) -> Result<Option<Existing>> {
-    if task.key.is_empty() {
-        return Ok(None);
-    }
-    if let Some(rec) = local_run(repo, &task.key) {
-        return Ok(Some(Existing {
-            run_id: rec.run_id.clone(),
-            record: Some(rec),
-        }));
-    }
-    let Some((repo_ref, number)) = conversation(task) else {
-        return Ok(None);
-    };
-    let issue = forge
-        .issue(&repo_ref, number)
-        .await
-        .map_err(forge_err(format!("reading {repo_ref}#{number}")))?;
-    let marker = key_marker(&task.key);
-    let Some(run_id) = issue
-        .comments
-        .iter()
-        .rev()
-        .filter(|c| c.author.is_bot && c.body.contains(&marker))
-        .find_map(|c| announced_id(&c.body))
-    else {
-        return Ok(None);
-    };
-    let record = match forge.fetch_run_record(repo.clone(), remote, &run_id).await {
-        Ok(()) => {
-            let dir = repo.restore_run_record(&run_id)?;
-            match RunRecord::load(&dir) {
-                Ok(rec) if rec.task.key == task.key => Some(rec),
-                Ok(_) => {
-                    tracing::warn!(run = %run_id, "the fetched run record is of another request; starting afresh");
-                    return Ok(None);
-                }
-                Err(e) => {
-                    tracing::warn!(run = %run_id, error = %e, "the fetched run record is unreadable; starting again under its id");
-                    None
-                }
-            }
-        }
-        Err(e) => {
-            // Announced but never pushed: the process died early. Start again under the id.
-            tracing::info!(run = %run_id, error = %e, "no run record on the remote; starting again under the announced id");
-            None
-        }
-    };
-    Ok(Some(Existing { run_id, record }))
-}
-
-/// The record of the newest run announced in the conversation `number` by a bot progress
-/// comment, or of the run `run_id` when given (which must belong to that conversation); read
-/// locally, else fetched from `remote`. For `/agent approve [RUN]`.
-pub async fn run_in_conversation(
-    repo: &Repo,
-    forge: &dyn Forge,
-    repo_ref: &RepoRef,
-    number: u64,
-    run_id: Option<&str>,
-    remote: &str,
-) -> Result<Option<RunRecord>> {
-    let issue = forge
-        .issue(repo_ref, number)
-        .await
-        .map_err(forge_err(format!("reading {repo_ref}#{number}")))?;
-    let announced: Vec<String> = issue
-        .comments
-        .iter()
-        .rev()
-        .filter(|c| c.author.is_bot)
-        .filter_map(|c| announced_id(&c.body))
-        .collect();
-    let Some(id) = (match run_id {
-        Some(want) => announced.into_iter().find(|id| id == want),
-        None => announced.into_iter().next(),
-    }) else {
-        return Ok(None);
-    };
-    let dir = repo.run_dir(&id);
-    if let Ok(rec) = RunRecord::load(&dir) {
-        return Ok(Some(rec));
-    }
-    forge
-        .fetch_run_record(repo.clone(), remote, &id)
-        .await
-        .map_err(forge_err(format!("fetching the record of run {id}")))?;
-    let dir = repo.restore_run_record(&id)?;
-    let rec = RunRecord::load(&dir).map_err(|e| Error::io("cannot read the record in", &dir, e))?;
-    Ok(Some(rec))
-}
-
-/// How the repository a request is resolved in gets the branches it names.
-#[derive(Clone, Copy)]
-pub enum Fetch<'a> {
-    /// They are there already (an Actions checkout holds the base and the PR branch).
-    Present,
-    /// Fetch the task's base branch (and the PR branch it continues, as `origin/<branch>`)
-    /// from the remote first, with these credentials (the bot's bare mirror).
-    From(Option<&'a GitCredentials>),
-}
-
-/// Where a triggered request is resolved: the repository, its forge and remote.
-#[derive(Clone, Copy)]
-pub struct Lookup<'a> {
-    /// The clone or mirror the run works in.
-    pub repo: &'a Repo,
-    /// The forge holding the conversation.
-    pub forge: &'a dyn Forge,
-    /// The remote branches and run records are fetched from and pushed to.
-    pub remote: &'a str,
-    /// Whether to fetch the task's branches first.
-    pub fetch: Fetch<'a>,
-}
-
-/// What a triggered request comes to, once the run it names or continues is found.
-#[derive(Debug)]
-pub enum Resolved {
-    /// Nothing to publish (an approval with no run awaiting one, a retry of a run that has
-    /// not ended, `/agent stop`, an ignored event), and why.
-    Ignored(String),
-    /// A request to publish.
-    Publish(Box<Prepared>),
-}
-
-/// A [`PublishRequest`] with the earlier run of the same request already looked for, so that
-/// the services can be built with its models and spend and [`publish_prepared`] need not
-/// look again.
-#[derive(Debug)]
-pub struct Prepared {
-    /// The request.
-    pub req: PublishRequest,
-    existing: Option<Existing>,
-}
-
-impl Prepared {
-    /// The record of the run this request continues, if any.
-    pub fn record(&self) -> Option<&RunRecord> {
-        self.existing.as_ref().and_then(|e| e.record.as_ref())
-    }
-
-    /// The models to run with: `flags` when given, else those the continued run used.
-    pub fn models(&self, flags: Vec<String>) -> Vec<String> {
-        match self.record() {
-            Some(r) if flags.is_empty() => r.model_flags.clone(),
-            _ => flags,
-        }
-    }
-
-    /// What the router needs to continue the earlier run, if there is one.
-    pub fn resume_state(&self) -> Option<ResumeState> {
-        self.record().map(resume_state)
-    }
-}
-
-/// Bring the task's base branch (and the PR branch it continues, as `origin/<branch>`) from
-/// the remote when `fetch` says so.
-fn fetch_for(l: &Lookup<'_>, task: &Task) -> Result<()> {
-    let Fetch::From(creds) = l.fetch else {
-        return Ok(());
-    };
-    let base = task
-        .base
-        .trim_start_matches("refs/heads/")
-        .trim_start_matches("origin/");
-    let failed = |what: String| {
-        move |source| Error::Fetch {
-            what,
-            source: Box::new(source),
-        }
-    };
-    l.repo
-        .fetch_branch(l.remote, base, creds)
-        .map_err(failed(format!("cannot fetch {base} from {}", l.remote)))?;
-    if let Some(branch) = &task.branch {
-        l.repo
-            .fetch_branch_as(
-                l.remote,
-                branch,
-                &format!("refs/remotes/origin/{branch}"),
-                creds,
-            )
-            .map_err(failed(format!("cannot fetch {branch} from {}", l.remote)))?;
-    }
-    Ok(())
-}
-
-/// Resolve what the trigger decided into a request to publish: the one place where a run,
-/// `/agent approve [RUN]` and `/agent retry` find the run they start, continue or repeat,
-/// for the Action and the bot alike. The earlier run of the request is looked for once.
-pub async fn resolve(l: &Lookup<'_>, outcome: Outcome) -> Result<Resolved> {
-    let ignored = |reason: String| Ok(Resolved::Ignored(reason));
-    let prepared = |req, existing| Ok(Resolved::Publish(Box::new(Prepared { req, existing })));
-    match outcome {
-        Outcome::Ignored { reason } => ignored(reason),
-        Outcome::Stop(control) => ignored(format!(
-            "/agent stop on {}#{} stops a running job; there is nothing to publish",
-            control.repo, control.number
-        )),
-        Outcome::Run(t) => {
-            fetch_for(l, &t.task)?;
-            let existing = find_run(l.repo, l.forge, &t.task, l.remote).await?;
-            prepared(PublishRequest::new(t.task, t.react_to, l.remote), existing)
-        }
-        Outcome::Approve { control, run } => {
-            let found = run_in_conversation(
-                l.repo,
-                l.forge,
-                &control.repo,
-                control.number,
-                run.as_deref(),
-                l.remote,
-            )
-            .await?;
-            let Some(record) = found else {
-                return ignored(format!(
-                    "no agent run{} on #{} to approve",
-                    run.map(|r| format!(" {r}")).unwrap_or_default(),
-                    control.number
-                ));
-            };
-            if record.state != RunState::AwaitingApproval {
-                return ignored(format!(
-                    "run {} is {}, not awaiting approval",
-                    record.run_id, record.state
-                ));
-            }
-            fetch_for(l, &record.task)?;
-            let mut req = PublishRequest::new(record.task.clone(), Some(control.comment), l.remote);
-            req.approve = Some(control.requested_by.login.clone());
-            let existing = Existing {
-                run_id: record.run_id.clone(),
-                record: Some(record),
-            };
-            prepared(req, Some(existing))
-        }
-        Outcome::Retry(control) => {
-            let found = run_in_conversation(
-                l.repo,
-                l.forge,
-                &control.repo,
-                control.number,
-                None,
-                l.remote,
-            )
-            .await?;
-            let Some(last) = found else {
-                return ignored(format!("no agent run on #{} to retry", control.number));
-            };
-            if !last.state.is_terminal() {
-                return ignored(format!(
-                    "run {} is {}: it has not ended, so there is nothing to retry",
-                    last.run_id, last.state
-                ));
-            }
-            // A new request: keyed on the retry comment (a redelivery of it continues the same
-            // retry), on a branch of its own beside the first run's.
-            let mut task = last.task.clone();
-            let (CommentTarget::IssueComment(comment_id)
-            | CommentTarget::ReviewComment(comment_id)) = control.comment;
-            task.key = format!("{}:retry-{comment_id}", last.task.key);
-            fetch_for(l, &task)?;
-            let existing = find_run(l.repo, l.forge, &task, l.remote).await?;
-            let mut req = PublishRequest::new(task, Some(control.comment), l.remote);
-            if last.task.branch.is_none() {
-                req.start.branch = Some(format!("{}-retry-{comment_id}", last.branch));
-            }
-            prepared(req, existing)
-        }
-    }
-}
-
-/// What a router needs to continue `rec`: its spend, time and the roles already called (a
-/// scripted model skips the replies those calls consumed).
-pub fn resume_state(rec: &RunRecord) -> ResumeState {
-    ResumeState {
-        spent: rec.budget_spent.unwrap_or_default(),
-        elapsed: Duration::from_millis(rec.elapsed_ms),
-        roles: rec.roles_called.clone(),
-        usage: rec.model_usage.clone(),
-    }
-}
-
-/// What the progress comment shows.
-struct ProgressView<'a> {
-    run_id: &'a str,
-    key: &'a str,
-    record: Option<&'a RunRecord>,
-    budget_usd: f64,
-    pr_url: Option<&'a str>,
-    /// The full report, shown folded when there is no PR to hold it (plan-only runs).
-    report: Option<&'a str>,
-    error: Option<&'a str>,
-}
-
-fn state_line(state: RunState) -> &'static str {
-    match state {
-        RunState::Queued => "⏳ queued",
-        RunState::Analyzing => "🔎 analyzing the repository",
-        RunState::Planning => "🗺️ planning",
-        RunState::Editing => "✏️ editing",
-        RunState::Testing => "🧪 testing",
-        RunState::Fixing => "🔧 fixing failing tests",
-        RunState::AwaitingApproval => "✋ awaiting approval",
-        RunState::Succeeded => "✅ succeeded",
-        RunState::Failed => "❌ failed",
-        RunState::Cancelled => "⏹️ cancelled",
-        RunState::BudgetExhausted => "💸 budget exhausted",
-        RunState::EnvironmentFailed => "🧰 the tests could not run",
-    }
-}
-
-/// The progress comment's text (the forge adds its run marker).
-fn progress_body(v: &ProgressView<'_>) -> String {
-    let state = v.record.map_or(RunState::Queued, |r| r.state);
-    let mut out = format!(
-        "{}\n**git-agent** run `{}` — {}\n",
-        key_marker(v.key),
-        v.run_id,
-        state_line(state)
-    );
-    if let Some(rec) = v.record {
-        if let Some(plan) = &rec.plan {
-            out.push_str("\n**Plan**\n");
-            for (i, s) in plan.steps.iter().enumerate() {
-                let mark = match s.status {
-                    StepStatus::Done => "[x]",
-                    StepStatus::Skipped => "[~]",
-                    StepStatus::Pending | StepStatus::InProgress => "[ ]",
-                };
-                out.push_str(&format!("- {mark} {}. {}\n", i + 1, s.title.trim()));
-            }
-        }
-        let (usd, unknown) = rec.spend();
-        out.push_str(&format!(
-            "\nSpend: ${usd:.2}{} of ${:.2} · {} model call(s) · branch `{}`\n",
-            if unknown { " + unpriced" } else { "" },
-            v.budget_usd,
-            rec.turns,
-            rec.branch
-        ));
-        if let Some(last) = rec.verification.last() {
-            out.push_str(&format!("Tests ({}): {}\n", last.when, last.result));
-        }
-        if state.is_terminal() || state == RunState::AwaitingApproval {
-            for n in &rec.notes {
-                out.push_str(&format!("\n> {}\n", n.replace('\n', "\n> ")));
-            }
-        }
-    }
-    if state == RunState::AwaitingApproval {
-        out.push_str("\nReply `/agent approve` to let the run continue.\n");
-    }
-    if let Some(url) = v.pr_url {
-        out.push_str(&format!("\nDraft pull request: {url}\n"));
-    }
-    if let Some(e) = v.error {
-        out.push_str(&format!("\nThe run stopped on an error: `{e}`\n"));
-    }
-    if let Some(report) = v.report {
-        out.push_str(&format!(
-            "\n<details><summary>Report</summary>\n\n{report}\n\n</details>\n"
-        ));
-    }
-    out
 }
 
 /// Publish `req`: announce, run (or resume), push, open the draft PR, report. See the module
@@ -701,49 +303,6 @@ fn resolve_bases(repo: &Repo, task: &mut Task, pr_base: &str) {
         let remote_ref = format!("origin/{branch}");
         if repo.resolve(&remote_ref).is_ok() {
             task.base = remote_ref;
-        }
-    }
-}
-
-/// The run's one progress comment in its conversation, written over as the run goes.
-struct Progress<'a> {
-    svc: &'a Services,
-    forge: &'a dyn Forge,
-    convo: Option<(RepoRef, u64)>,
-    run_id: &'a str,
-    key: String,
-}
-
-impl Progress<'_> {
-    /// Write the comment (a courtesy: a forge failure is logged); its URL when written.
-    async fn show(
-        &self,
-        record: Option<RunRecord>,
-        pr_url: Option<String>,
-        report: Option<String>,
-        error: Option<String>,
-    ) -> Option<String> {
-        let (repo_ref, number) = self.convo.as_ref()?;
-        let body = progress_body(&ProgressView {
-            run_id: self.run_id,
-            key: &self.key,
-            record: record.as_ref(),
-            budget_usd: self.svc.config.settings.budget.max_usd,
-            pr_url: pr_url.as_deref(),
-            report: report.as_deref(),
-            error: error.as_deref(),
-        });
-        let body = self.svc.redactor.clean(&body);
-        match self
-            .forge
-            .upsert_progress(repo_ref, *number, self.run_id, &body)
-            .await
-        {
-            Ok(c) => Some(c.html_url),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot write the progress comment");
-                None
-            }
         }
     }
 }
@@ -1024,45 +583,11 @@ mod tests {
     }
 
     #[test]
-    fn key_marker_is_stable_and_hides_the_key() {
-        let m = key_marker("octocat/Hello-World#42:fix");
-        assert_eq!(m, key_marker("octocat/Hello-World#42:fix"));
-        assert_ne!(m, key_marker("octocat/Hello-World#43:fix"));
-        assert!(!m.contains("Hello-World"));
-        // A key that tries to close the comment cannot.
-        assert_eq!(key_marker("x --> y").matches("-->").count(), 1);
-    }
-
-    #[test]
-    fn only_ulids_are_taken_from_comments() {
-        let id = ulid::Ulid::generate().to_string();
-        let body = format!("{}\nx", crate::forge::progress_marker(&id));
-        assert_eq!(announced_id(&body), Some(id));
-        let body = format!("{}\nx", crate::forge::progress_marker("main"));
-        assert_eq!(announced_id(&body), None);
-    }
-
-    #[test]
     fn remote_user_info_is_not_audited() {
         assert_eq!(
             redact_remote("https://x-access-token:ghs_abc@github.com/o/r.git"),
             "https://github.com/o/r.git"
         );
         assert_eq!(redact_remote("/tmp/remote.git"), "/tmp/remote.git");
-    }
-
-    #[test]
-    fn queued_progress_names_the_run_and_carries_the_key() {
-        let body = progress_body(&ProgressView {
-            run_id: "01JD",
-            key: "o/r#1:fix",
-            record: None,
-            budget_usd: 5.0,
-            pr_url: None,
-            report: None,
-            error: None,
-        });
-        assert!(body.contains("run `01JD` — ⏳ queued"), "{body}");
-        assert!(body.contains(&key_marker("o/r#1:fix")));
     }
 }
