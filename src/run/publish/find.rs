@@ -177,7 +177,7 @@ pub enum Resolved {
 }
 
 /// A [`PublishRequest`] with the earlier run of the same request already looked for, so that
-/// the services can be built with its models and spend and [`publish_prepared`] need not
+/// the services can be built with its models and spend and [`super::publish_prepared`] need not
 /// look again.
 #[derive(Debug)]
 pub struct Prepared {
