@@ -45,6 +45,7 @@ mod final_check;
 mod fixture;
 mod gate;
 mod ledger;
+mod preexisting;
 mod prompt;
 pub mod publish;
 pub mod record;
