@@ -50,6 +50,7 @@ mod prompt;
 pub mod publish;
 pub mod record;
 pub mod report;
+mod reproduction;
 mod review;
 pub mod services;
 mod setup;
