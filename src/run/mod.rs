@@ -19,9 +19,15 @@
 //!   pause the run there);
 //! - `tools.rs` — the `run` tool (through `tools::authorize_command`, the one command gate),
 //!   the harness tools `run_tests` and `finish` as a typed enum, and each role's toolset;
-//! - `verification.rs` — the test command, test runs read against the baseline, and the
-//!   final check that decides: the working tree, then a clean checkout of what is committed,
-//!   the held-out tests and the reproduction (the verified-change contract);
+//! - `verification.rs` — the test command and test runs read against the baseline;
+//!   `preexisting.rs` — which failures may stand as pre-existing (pure rules);
+//! - `final_check.rs` — the final check that decides, as named steps: the gate, the working
+//!   tree, a clean checkout of what is committed (`clean_checkout.rs`, which decides
+//!   nothing), the held-out tests and the reproduction (`reproduction.rs`) — the
+//!   verified-change contract;
+//! - `publish/` — the one path from a triggered request to a pushed branch and a draft PR
+//!   (`mod.rs`), finding the run it belongs to (`find.rs`), its progress comment
+//!   (`progress.rs`);
 //! - `checkpoint.rs` — the commit-time policy (`gate.rs`, runner configuration), commits and
 //!   the secret scan; `attribution.rs` — which action changed each path, so what only the
 //!   test command wrote is not committed;
