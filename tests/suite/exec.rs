@@ -584,34 +584,39 @@ fn cgroup_and_ppid((out, ppid): (ExecOutput, u32)) -> (String, u32) {
 const WHERE: &str = "cat /proc/self/cgroup";
 
 /// Run `script` (which must take a moment) and, on the host while it runs, find the process
-/// that started it — the sandbox helper, whose command line carries the script — and its
-/// parent: the spawner, or the agent itself. Returns the output and that parent's pid.
+/// that started it — the parent of the sandbox helper's outer process, which is the parent
+/// of the view's init, which is the parent of the command's shell (the process whose command
+/// line carries the script and is no exec'd helper's) — the spawner, or the agent itself.
+/// Returns the output and that process's pid.
 async fn run_and_find_parent(exec: &LocalExecutor, script: &str) -> (ExecOutput, u32) {
     let marker = format!("marker-{}", rand_marker());
     let line = format!("sleep 0.4; : {marker}; {script}");
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(") ")?;
+        rest.split(' ').nth(1)?.parse().ok()
+    };
     let find = async {
         for _ in 0..200 {
             for e in std::fs::read_dir("/proc").unwrap().flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                    continue;
+                };
                 let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
                     continue;
                 };
                 let c = String::from_utf8_lossy(&c);
-                if c.contains("__git-agent-sandbox") && c.contains(&marker) {
-                    let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-                    if let Some((_, rest)) = stat.rsplit_once(") ") {
-                        let ppid: u32 = rest.split(' ').nth(1).unwrap().parse().unwrap();
-                        // The helper's outer process, not its init (whose parent is the helper).
-                        let ppid_cmd =
-                            std::fs::read(format!("/proc/{ppid}/cmdline")).unwrap_or_default();
-                        if !String::from_utf8_lossy(&ppid_cmd).contains("__git-agent-sandbox") {
-                            return ppid;
-                        }
-                    }
+                if !c.contains(&marker) || c.contains("__git-agent-sandbox") {
+                    continue;
+                }
+                // The shell -> the view's init -> the helper's outer process -> its starter.
+                if let Some(starter) = parent_of(pid).and_then(parent_of).and_then(parent_of) {
+                    return starter;
                 }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("the helper of `{line}` was not seen");
+        panic!("the command `{line}` was not seen");
     };
     let (out, ppid) = tokio::join!(sh(exec, &line), find);
     (out, ppid)
