@@ -248,18 +248,22 @@ async fn publish_found(
     let report_path = dir.join(files::PR);
     let report = std::fs::read_to_string(&report_path)
         .map_err(|e| Error::io("cannot read the report", &report_path, e))?;
-    let audit = open_audit(svc, &dir, &run_id)?;
-    push_branch_and_record(svc, forge, &remote, &mut rec, &dir, &audit).await?;
+    let out = Publication {
+        svc,
+        forge,
+        remote: &remote,
+        dir: &dir,
+        audit: open_audit(svc, &dir, &run_id)?,
+    };
+    out.push_branch_and_record(&mut rec).await?;
     failpoint("after-push");
     let pr_wanted = wants_pr(!rec.commits.is_empty(), rec.task.mode, rec.state);
     let pr_url = match (pr_wanted, task.repo.as_ref()) {
-        (true, Some(repo_ref)) => {
-            Some(open_pr(svc, forge, repo_ref, &mut rec, &pr_base, &report, &audit).await?)
-        }
+        (true, Some(repo_ref)) => Some(out.open_pr(repo_ref, &mut rec, &pr_base, &report).await?),
         _ => None,
     };
     failpoint("after-pr");
-    seal_record(svc, forge, &remote, &mut rec, &dir, &audit).await?;
+    out.seal_record(&mut rec).await?;
     let folded = pr_url.is_none().then(|| report.clone());
     if let Some(url) = progress
         .show(Some(rec.clone()), pr_url.clone(), folded, None)
@@ -403,47 +407,114 @@ fn open_audit(svc: &Services, dir: &std::path::Path, run_id: &str) -> Result<App
     .0)
 }
 
-/// Push the run's branch (when it made commits) and its record's ref, atomically. A branch
-/// name the run made for itself that is taken on the remote (another run for the same
-/// issue, from another front door) is published under a name of its own; nothing of the
-/// refused attempt is on the remote. A branch the run was asked to continue is never renamed.
-async fn push_branch_and_record(
-    svc: &Services,
-    forge: &dyn Forge,
-    remote: &str,
-    rec: &mut RunRecord,
-    dir: &std::path::Path,
-    audit: &Appender,
-) -> Result<()> {
-    let prefix = &svc.config.settings.git.branch_prefix;
-    let has_branch = !rec.commits.is_empty() && svc.repo.branch_exists(&rec.branch);
-    let mut refs = Vec::new();
-    if has_branch {
-        refs.push(format!("refs/heads/{}", rec.branch));
-    }
-    refs.push(run_ref(&rec.run_id));
-    let mut pushed = forge.push(svc.repo.clone(), remote, &refs, prefix).await;
-    let own_default = engine::default_branch(prefix, &rec.task, &rec.run_id);
-    if has_branch && branch_taken(&pushed, &rec.branch, &own_default) {
-        let unique = format!("{}-{}", rec.branch, engine::run_suffix(&rec.run_id));
-        svc.repo.copy_branch(&rec.branch, &unique)?;
-        audit.append(
+/// Where an ended run is published: the services, the forge and remote, the run's
+/// directory and its audit log.
+struct Publication<'a> {
+    svc: &'a Services,
+    forge: &'a dyn Forge,
+    remote: &'a str,
+    dir: &'a std::path::Path,
+    audit: Appender,
+}
+
+impl Publication<'_> {
+    /// Push the run's branch (when it made commits) and its record's ref, atomically. A branch
+    /// name the run made for itself that is taken on the remote (another run for the same
+    /// issue, from another front door) is published under a name of its own; nothing of the
+    /// refused attempt is on the remote. A branch the run was asked to continue is never renamed.
+    async fn push_branch_and_record(&self, rec: &mut RunRecord) -> Result<()> {
+        let Self {
+            svc,
+            forge,
+            remote,
+            dir,
+            audit,
+        } = self;
+        let prefix = &svc.config.settings.git.branch_prefix;
+        let has_branch = !rec.commits.is_empty() && svc.repo.branch_exists(&rec.branch);
+        let mut refs = Vec::new();
+        if has_branch {
+            refs.push(format!("refs/heads/{}", rec.branch));
+        }
+        refs.push(run_ref(&rec.run_id));
+        let mut pushed = forge.push(svc.repo.clone(), remote, &refs, prefix).await;
+        let own_default = engine::default_branch(prefix, &rec.task, &rec.run_id);
+        if has_branch && branch_taken(&pushed, &rec.branch, &own_default) {
+            let unique = format!("{}-{}", rec.branch, engine::run_suffix(&rec.run_id));
+            svc.repo.copy_branch(&rec.branch, &unique)?;
+            audit.append(
             Kind::Push,
             json!({"refused": rec.branch, "branch": unique, "why": "the branch exists on the remote with other commits"}),
         )?;
-        rec.branch = unique;
-        // The record names the branch it published (a forge finds the run by it).
+            rec.branch = unique;
+            // The record names the branch it published (a forge finds the run by it).
+            rec.save(dir, &svc.redactor)
+                .map_err(|e| Error::io("cannot write the record in", dir, e))?;
+            refs[0] = format!("refs/heads/{}", rec.branch);
+            pushed = forge.push(svc.repo.clone(), remote, &refs, prefix).await;
+        }
+        pushed.map_err(forge_err(format!("pushing {}", refs.join(", "))))?;
+        audit.append(
+            Kind::Push,
+            json!({"remote": redact_remote(remote), "refs": refs}),
+        )?;
+        Ok(())
+    }
+
+    /// Open the draft PR of the pushed branch into `pr_base`, with the report as its body; its
+    /// URL.
+    async fn open_pr(
+        &self,
+        repo_ref: &RepoRef,
+        rec: &mut RunRecord,
+        pr_base: &str,
+        report: &str,
+    ) -> Result<String> {
+        let (svc, audit) = (self.svc, &self.audit);
+        let title = format!("agent: {}", first_line(&rec.task.goal, 72));
+        let pr = self
+            .forge
+            .open_draft_pr(
+                repo_ref,
+                &PrRequest {
+                    title: svc.redactor.clean(&title),
+                    body: svc.redactor.clean(report),
+                    head: rec.branch.clone(),
+                    base: pr_base.to_string(),
+                },
+            )
+            .await
+            .map_err(forge_err(format!(
+                "opening the draft pull request for {}",
+                rec.branch
+            )))?;
+        audit.append(
+        Kind::Forge,
+        json!({"pull_request": pr.number, "url": pr.html_url, "head": pr.head_ref, "base": pr.base_ref}),
+    )?;
+        rec.pr = Some(PrRef::Url(pr.html_url.clone()));
+        Ok(pr.html_url)
+    }
+
+    /// Seal the record with the audit log's head, save it, mirror it to its ref and push that.
+    async fn seal_record(&self, rec: &mut RunRecord) -> Result<()> {
+        let Self {
+            svc,
+            forge,
+            remote,
+            dir,
+            audit,
+        } = self;
+        rec.audit_head = Some(audit.head()?);
         rec.save(dir, &svc.redactor)
             .map_err(|e| Error::io("cannot write the record in", dir, e))?;
-        refs[0] = format!("refs/heads/{}", rec.branch);
-        pushed = forge.push(svc.repo.clone(), remote, &refs, prefix).await;
+        svc.repo.mirror_run_record(&rec.run_id)?;
+        let prefix = &svc.config.settings.git.branch_prefix;
+        forge
+            .push(svc.repo.clone(), remote, &[run_ref(&rec.run_id)], prefix)
+            .await
+            .map_err(forge_err(format!("pushing {}", run_ref(&rec.run_id))))
     }
-    pushed.map_err(forge_err(format!("pushing {}", refs.join(", "))))?;
-    audit.append(
-        Kind::Push,
-        json!({"remote": redact_remote(remote), "refs": refs}),
-    )?;
-    Ok(())
 }
 
 /// Whether the push was refused because `branch`, the name the run made for itself
@@ -466,61 +537,6 @@ fn branch_taken(
 /// Whether an ended run gets a draft PR: it made commits, fixes, and was not stopped.
 fn wants_pr(made_commits: bool, mode: Mode, state: RunState) -> bool {
     made_commits && mode == Mode::Fix && state != RunState::Cancelled
-}
-
-/// Open the draft PR of the pushed branch into `pr_base`, with the report as its body; its
-/// URL.
-async fn open_pr(
-    svc: &Services,
-    forge: &dyn Forge,
-    repo_ref: &RepoRef,
-    rec: &mut RunRecord,
-    pr_base: &str,
-    report: &str,
-    audit: &Appender,
-) -> Result<String> {
-    let title = format!("agent: {}", first_line(&rec.task.goal, 72));
-    let pr = forge
-        .open_draft_pr(
-            repo_ref,
-            &PrRequest {
-                title: svc.redactor.clean(&title),
-                body: svc.redactor.clean(report),
-                head: rec.branch.clone(),
-                base: pr_base.to_string(),
-            },
-        )
-        .await
-        .map_err(forge_err(format!(
-            "opening the draft pull request for {}",
-            rec.branch
-        )))?;
-    audit.append(
-        Kind::Forge,
-        json!({"pull_request": pr.number, "url": pr.html_url, "head": pr.head_ref, "base": pr.base_ref}),
-    )?;
-    rec.pr = Some(PrRef::Url(pr.html_url.clone()));
-    Ok(pr.html_url)
-}
-
-/// Seal the record with the audit log's head, save it, mirror it to its ref and push that.
-async fn seal_record(
-    svc: &Services,
-    forge: &dyn Forge,
-    remote: &str,
-    rec: &mut RunRecord,
-    dir: &std::path::Path,
-    audit: &Appender,
-) -> Result<()> {
-    rec.audit_head = Some(audit.head()?);
-    rec.save(dir, &svc.redactor)
-        .map_err(|e| Error::io("cannot write the record in", dir, e))?;
-    svc.repo.mirror_run_record(&rec.run_id)?;
-    let prefix = &svc.config.settings.git.branch_prefix;
-    forge
-        .push(svc.repo.clone(), remote, &[run_ref(&rec.run_id)], prefix)
-        .await
-        .map_err(forge_err(format!("pushing {}", run_ref(&rec.run_id))))
 }
 
 /// A remote for the audit log: a URL without any user information.
