@@ -122,6 +122,19 @@ impl Charge {
         self.charged = bytes;
         Ok(())
     }
+
+    /// Make sure this body is charged for as much of `want` bytes as the budget has free, and
+    /// at least `need`: the bytes it is charged for then, or `Err` when not even `need` fits.
+    pub(super) fn cover_most(&mut self, want: usize, need: usize) -> Result<usize, OverBudget> {
+        let reachable = self.charged.max(FREE_BODY_BYTES) + self.permits.available_permits();
+        let bytes = want.min(reachable).max(need);
+        match self.cover(bytes) {
+            Ok(()) => Ok(self.charged),
+            // Another body took what was free in between: settle for what is needed.
+            Err(OverBudget) if bytes > need => self.cover(need).map(|()| self.charged),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::limits::Charge;
+use super::limits::{Charge, OverBudget};
 use super::listen::{Refusal, Timeout};
 use super::signature;
 use crate::failpoint::failpoint;
@@ -62,46 +62,67 @@ enum Unread {
 /// arrives, never ahead of it on the client's word (a declared length is only a claim).
 async fn read_capped(body: Body, max: usize, charge: &mut Charge) -> Result<Bytes, Unread> {
     let mut stream = body.into_data_stream();
-    let mut single: Option<Bytes> = None;
-    let mut joined: Vec<u8> = Vec::new();
-    let mut total = 0usize;
+    let mut read = Joined::default();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(Unread::Broken)?;
-        total += chunk.len();
-        if total > max {
+        if read.total + chunk.len() > max {
             // Past the cap: what was read is dropped; the rest goes back to be discarded.
             return Err(Unread::TooLarge(Body::from_stream(stream)));
         }
-        if single.is_none() && joined.is_empty() {
-            if charge.cover(total).is_err() {
-                return Err(Unread::OverBudget(Body::from_stream(stream)));
-            }
-            single = Some(chunk);
-            continue;
+        if read.push(chunk, max, charge).is_err() {
+            return Err(Unread::OverBudget(Body::from_stream(stream)));
         }
-        let held = single.as_ref().map_or(0, Bytes::len);
-        if total > joined.capacity() {
-            // Doubling, charged before it is allocated: the first piece and the buffer it is
-            // copied into are both held while the copy is made. Where the budget cannot cover
-            // the doubled buffer, exactly what is read so far: a body the budget holds is
-            // never refused for the way its buffer grows (how the bytes arrive in pieces
-            // depends on the machine's load).
-            let doubled = total.max(2 * joined.capacity()).min(max);
-            let room = if charge.cover(doubled + held).is_ok() {
-                doubled
-            } else if charge.cover(total + held).is_ok() {
-                total
-            } else {
-                return Err(Unread::OverBudget(Body::from_stream(stream)));
-            };
-            joined.reserve_exact(room - joined.len());
-        }
-        if let Some(first) = single.take() {
-            joined.extend_from_slice(&first);
-        }
-        joined.extend_from_slice(&chunk);
     }
-    Ok(single.unwrap_or_else(|| Bytes::from(joined)))
+    Ok(read.into_bytes())
+}
+
+/// The pieces of a body read so far. The first is kept as it came; once a second arrives,
+/// they are copied into one buffer, whose every byte (and the first piece's while it is
+/// copied) is charged before it is allocated.
+#[derive(Default)]
+struct Joined {
+    single: Option<Bytes>,
+    joined: Vec<u8>,
+    total: usize,
+}
+
+impl Joined {
+    fn push(&mut self, chunk: Bytes, max: usize, charge: &mut Charge) -> Result<(), OverBudget> {
+        self.total += chunk.len();
+        if self.single.is_none() && self.joined.is_empty() {
+            charge.cover(self.total)?;
+            self.single = Some(chunk);
+            return Ok(());
+        }
+        let held = self.single.as_ref().map_or(0, Bytes::len);
+        if self.total > self.joined.capacity() {
+            let (want, need) = growth(self.joined.capacity(), self.total, max);
+            let room = charge.cover_most(want + held, need + held)? - held;
+            self.joined.reserve_exact(room - self.joined.len());
+        }
+        if let Some(first) = self.single.take() {
+            self.joined.extend_from_slice(&first);
+        }
+        self.joined.extend_from_slice(&chunk);
+        Ok(())
+    }
+
+    fn into_bytes(self) -> Bytes {
+        self.single.unwrap_or_else(|| Bytes::from(self.joined))
+    }
+}
+
+/// The capacity a buffer of `cap` bytes grows to once `total` bytes do not fit: what it
+/// would like (double) and what it must have. A body the budget holds is not refused for
+/// the way its buffer grows (how the bytes arrive in pieces depends on the machine's load),
+/// so the buffer takes what the budget has free of the doubling; but it grows by at least an
+/// eighth, else a body sent in small pieces into a tight budget would be copied once per
+/// piece (quadratic work for the sender's linear bytes), where an eighth bounds the copying
+/// to nine times the body.
+fn growth(cap: usize, total: usize, max: usize) -> (usize, usize) {
+    let want = total.max(2 * cap).min(max);
+    let need = total.max(cap + cap / 8).min(max).max(total);
+    (want, need)
 }
 
 /// Read and discard what is left of a refused body, up to `limit` bytes or until `deadline`,
@@ -363,6 +384,55 @@ mod tests {
         let mut charge = budget.charge();
         let read = read_capped(pieces(&[8 * 1024, 1100 * 1024]), 25 << 20, &mut charge).await;
         assert!(matches!(read, Err(Unread::OverBudget(_))));
+    }
+
+    #[test]
+    fn a_buffer_grows_by_doubling_and_by_an_eighth_at_least() {
+        assert_eq!(growth(0, 10, 100), (10, 10));
+        assert_eq!(growth(40, 41, 100), (80, 45));
+        assert_eq!(growth(40, 90, 100), (90, 90));
+        assert_eq!(growth(80, 81, 100), (100, 90));
+        assert_eq!(growth(96, 99, 100), (100, 100));
+    }
+
+    /// Replays a body sent in small pieces while the budget frees up a piece's worth at a
+    /// time (other bodies finishing, as an attacker can arrange): the body is refused or
+    /// joined with its bytes copied a bounded number of times, never once per piece.
+    #[test]
+    fn a_body_in_small_pieces_is_not_copied_once_per_piece() {
+        use super::super::limits::{BodyBudget, FREE_BODY_BYTES};
+        const PIECE: usize = 4 * 1024;
+        const OTHERS: usize = 512;
+        let budget = BodyBudget::new(OTHERS * PIECE);
+        let mut others: Vec<Charge> = (0..OTHERS)
+            .map(|_| {
+                let mut c = budget.charge();
+                c.cover(FREE_BODY_BYTES + PIECE).unwrap();
+                c
+            })
+            .collect();
+        let mut charge = budget.charge();
+        let mut read = Joined::default();
+        let (mut copied, mut refused) = (0usize, false);
+        for _ in 0..(FREE_BODY_BYTES / PIECE + OTHERS) {
+            let (len, cap) = (read.joined.len(), read.joined.capacity());
+            if read
+                .push(Bytes::from(vec![b' '; PIECE]), MAX_BODY, &mut charge)
+                .is_err()
+            {
+                refused = true;
+                break;
+            }
+            if read.joined.capacity() != cap {
+                copied += len;
+            }
+            others.pop();
+        }
+        assert!(
+            refused || copied <= 9 * read.total,
+            "{copied} bytes copied for a body of {}",
+            read.total
+        );
     }
 
     /// The payload as the receiver stores it: what the agent reads of it.
