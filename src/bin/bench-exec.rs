@@ -13,8 +13,9 @@
 //! move just made by another one), and the order of the configurations rotates each round.
 //!
 //! Then whole test suites inside the view against outside it: `pytest` of `fixtures/python-add`
-//! and `cargo test` of `fixtures/rust-add`, warm and from a clean target (target: at most
-//! 1.1x), with the same allow-listed environment on both sides.
+//! and `cargo test` of `fixtures/rust-add`, warm, ten warm runs in one command (what the
+//! view costs a running suite apart from each command's set-up) and from a clean target
+//! (target: at most 1.1x), with the same allow-listed environment on both sides.
 //!
 //! `cargo run --release --features bench --bin bench-exec [-- ITERATIONS [GAP_MS]]`
 #![allow(clippy::disallowed_methods)] // a benchmark prints its figures; nothing secret
@@ -216,6 +217,13 @@ fn suites(rt: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::error::Error>
             "cargo test, rust-add",
             "rust-add",
             "cargo test -q --offline",
+        ),
+        (
+            // The same, ten in one command: what the view costs a running suite, apart from
+            // the set-up each command pays once.
+            "cargo test x10, rust-add",
+            "rust-add",
+            "for i in 1 2 3 4 5 6 7 8 9 10; do cargo test -q --offline; done",
         ),
         (
             "cargo test cold, rust-add",

@@ -13,7 +13,9 @@
 //!
 //! 1. closes every descriptor but the standard streams and the two it was given (`close_range`);
 //! 2. `unshare`s a user namespace mapping its own uid and gid, then mount, pid, IPC and UTS
-//!    namespaces, and a network namespace unless the network is on;
+//!    namespaces, and a network namespace unless the network is on (run by a spawner, it
+//!    enters the user namespace and the network namespace the spawner made once instead of
+//!    making its own: [`Kept`]);
 //! 3. forks the namespace's init (pid 1), which builds the view: a fresh tmpfs as root
 //!    (`pivot_root`, as bubblewrap does), read-only binds of what the [`Spec`] names, the
 //!    worktree read-write with its `.git` directories read-only, bounded tmpfs `$HOME`, `/tmp`
@@ -80,7 +82,7 @@ extern "C" fn hook(argc: c_int, argv: *const *const c_char, _envp: *const *const
             .map(|i| CStr::from_ptr(*argv.add(i)).to_bytes().to_vec())
             .collect()
     };
-    let code = main(&args);
+    let code = main(&args, None);
     // SAFETY: ends the helper without running the host program's `main`.
     unsafe { libc::_exit(code) }
 }
@@ -96,9 +98,11 @@ pub(crate) fn is_helper_call(argv: &[CString]) -> bool {
 /// process of this same binary: exec'ing it again only reloads a large executable (about
 /// 1.5 ms a command for `git-agent`).
 ///
+/// `kept` are the spawner's namespaces, entered instead of made anew.
+///
 /// # Safety
 /// Only in a single-threaded process that ends here (the spawner's forked child).
-pub(crate) unsafe fn run_in_process(argv: &[CString], env: &[CString]) -> ! {
+pub(crate) unsafe fn run_in_process(argv: &[CString], env: &[CString], kept: Option<&Kept>) -> ! {
     // SAFETY: (whole body) the environment of a single-threaded process, then its end.
     unsafe {
         libc::clearenv();
@@ -114,8 +118,127 @@ pub(crate) unsafe fn run_in_process(argv: &[CString], env: &[CString]) -> ! {
             libc::setenv(k.as_ptr(), v.as_ptr(), 1);
         }
         let args: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
-        libc::_exit(main(&args))
+        libc::_exit(main(&args, kept))
     }
+}
+
+/// Namespaces a spawner makes once and every command it starts enters, instead of each
+/// command making its own: a user namespace, and a network namespace with `lo` up when the
+/// network is off. Making a network namespace (and, later, the kernel's tearing it down) is
+/// the dearest of a command's namespaces; entering one costs next to nothing.
+///
+/// What the commands of one spawner share through them is nothing a command can change: they
+/// run one after another, each in its own mount, pid, IPC and UTS namespaces, with every
+/// capability dropped, so none can configure the shared network (`CAP_NET_ADMIN`) or outlive
+/// its pid namespace to hold a socket open for the next. Commands running at once have
+/// spawners, and so namespaces, of their own; the egress proxy's network (`allowlist`) is
+/// still made per command, its listener being per command.
+#[derive(Debug)]
+pub(crate) struct Kept {
+    user: std::os::fd::OwnedFd,
+    net: Option<std::os::fd::OwnedFd>,
+}
+
+/// What of the command's namespaces was entered rather than made.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entered {
+    user: bool,
+    net: bool,
+}
+
+impl Kept {
+    /// Make them, with a network namespace when `net`, in a short-lived child of this
+    /// single-threaded process: the child makes them and waits; this process opens them
+    /// through `/proc` and ends the child.
+    pub(crate) fn create(net: bool) -> std::io::Result<Kept> {
+        let (ready_r, ready_w) = std::io::pipe()?;
+        // SAFETY: this process is single-threaded; the child ends in `make_and_wait`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            drop(ready_r);
+            make_and_wait(net, ready_w.as_raw_fd());
+        }
+        drop(ready_w);
+        let mut status = [1u8];
+        let made = std::io::Read::read_exact(&mut &ready_r, &mut status).is_ok() && status[0] == 0;
+        let open = |ns: &str| std::fs::File::open(format!("/proc/{pid}/ns/{ns}")).map(Into::into);
+        let kept = if made {
+            open("user").and_then(|user| {
+                let net = if net { Some(open("net")?) } else { None };
+                Ok(Kept { user, net })
+            })
+        } else {
+            Err(std::io::Error::other("could not make the namespaces"))
+        };
+        // SAFETY: our own child, killed and reaped.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        kept
+    }
+
+    /// Enter them: the user namespace, and the network namespace when the command is to
+    /// have one of its own and one was made.
+    fn enter(&self, net: bool) -> Step<Entered> {
+        // SAFETY: `setns` on descriptors we hold, in a single-threaded process.
+        unsafe {
+            check(
+                libc::setns(self.user.as_raw_fd(), libc::CLONE_NEWUSER),
+                || "enter the spawner's user namespace".into(),
+            )?;
+            let net = match (&self.net, net) {
+                (Some(fd), true) => {
+                    check(libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET), || {
+                        "enter the spawner's network namespace".into()
+                    })?;
+                    true
+                }
+                _ => false,
+            };
+            Ok(Entered { user: true, net })
+        }
+    }
+}
+
+/// The child of [`Kept::create`]: make the namespaces, say so (a zero byte) on `ready`, and
+/// wait to be killed.
+fn make_and_wait(net: bool, ready: RawFd) -> ! {
+    close_all_but(&mut [ready]);
+    // SAFETY: (whole body) system calls of a single-threaded child that ends here.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        let made = make_user_namespace().and_then(|()| {
+            if net {
+                check(libc::unshare(libc::CLONE_NEWNET), || {
+                    "create a network namespace".into()
+                })?;
+                super::sandbox::loopback_up().map_err(|()| last_err(|| "bring up lo".into()))?;
+            }
+            Ok(())
+        });
+        let status = [u8::from(made.is_err())];
+        libc::write(ready, status.as_ptr().cast(), 1);
+        loop {
+            libc::pause();
+        }
+    }
+}
+
+/// A new user namespace for this process, mapping its own uid and gid.
+fn make_user_namespace() -> Step {
+    // SAFETY: system calls of this single-threaded process.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // SAFETY: as above.
+    check(unsafe { libc::unshare(libc::CLONE_NEWUSER) }, || {
+        "create a user namespace".into()
+    })?;
+    write_file("/proc/self/setgroups", "deny")?;
+    write_file("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
+    write_file("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))
 }
 
 /// Whether this binary carries the helper (the hook ran at start-up). Referencing the hook
@@ -289,7 +412,7 @@ fn cpath(p: &Path) -> CString {
 }
 
 /// The helper's `main`. `args` is the whole command line.
-fn main(args: &[Vec<u8>]) -> i32 {
+fn main(args: &[Vec<u8>], kept: Option<&Kept>) -> i32 {
     let Some(spec) = args
         .get(2)
         .and_then(|s| serde_json::from_slice::<Spec>(s).ok())
@@ -304,6 +427,14 @@ fn main(args: &[Vec<u8>]) -> i32 {
     if argv.is_empty() || args.get(3).map(Vec::as_slice) != Some(b"--") {
         return SETUP_FAILED;
     }
+    let entered = match kept.map(|k| k.enter(spec.unshare_net)) {
+        None => Entered::default(),
+        Some(Ok(e)) => e,
+        Some(Err(f)) => {
+            report(spec.step_fd, &f);
+            return SETUP_FAILED;
+        }
+    };
     let mut keep = vec![spec.step_fd];
     keep.extend(spec.proxy_fd);
     close_all_but(&mut keep);
@@ -311,7 +442,7 @@ fn main(args: &[Vec<u8>]) -> i32 {
         // SAFETY: the command must not inherit these; init and the helper keep them open.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    match outer(&spec, &argv) {
+    match outer(&spec, &argv, entered) {
         Ok(code) => code,
         Err(f) => {
             report(spec.step_fd, &f);
@@ -345,21 +476,17 @@ fn write_file(path: &str, data: &str) -> Step {
     std::fs::write(path, data).map_err(|e| io_err(e, || format!("write {path}")))
 }
 
-/// Namespaces, then init; returns the exit code the helper ends with (or re-raises the
-/// command's signal and does not return).
-fn outer(spec: &Spec, argv: &[CString]) -> Step<i32> {
+/// Namespaces (those not `entered` already), then init; returns the exit code the helper
+/// ends with (or re-raises the command's signal and does not return).
+fn outer(spec: &Spec, argv: &[CString], entered: Entered) -> Step<i32> {
+    if !entered.user {
+        make_user_namespace()?;
+    }
     // SAFETY: (whole body) system calls on memory we own; this process is single-threaded.
     unsafe {
-        let (uid, gid) = (libc::geteuid(), libc::getegid());
-        check(libc::unshare(libc::CLONE_NEWUSER), || {
-            "create a user namespace".into()
-        })?;
-        write_file("/proc/self/setgroups", "deny")?;
-        write_file("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
-        write_file("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))?;
         let mut flags =
             libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-        if spec.unshare_net {
+        if spec.unshare_net && !entered.net {
             flags |= libc::CLONE_NEWNET;
         }
         check(libc::unshare(flags), || {
@@ -379,7 +506,7 @@ fn outer(spec: &Spec, argv: &[CString]) -> Step<i32> {
             // The namespace dies with the helper: a helper killed by the executor (timeout,
             // process group kill) takes init, and so every process of the command, with it.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            let code = match init(spec, argv, status_pipe[1]) {
+            let code = match init(spec, argv, status_pipe[1], entered) {
                 Ok(()) => 0,
                 Err(f) => {
                     report(spec.step_fd, &f);
@@ -424,9 +551,9 @@ fn outer(spec: &Spec, argv: &[CString]) -> Step<i32> {
 
 /// The namespace's init: build the view, start the command, reap until it exits, then write
 /// its wait status to `status_fd`.
-fn init(spec: &Spec, argv: &[CString], status_fd: RawFd) -> Step {
+fn init(spec: &Spec, argv: &[CString], status_fd: RawFd, entered: Entered) -> Step {
     build_view(spec)?;
-    if spec.unshare_net {
+    if spec.unshare_net && !entered.net {
         // SAFETY: plain system calls in the new network namespace.
         unsafe { super::sandbox::loopback_up() }.map_err(|()| last_err(|| "bring up lo".into()))?;
     }

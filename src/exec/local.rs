@@ -20,7 +20,7 @@ use super::helper::{self, Spec};
 use super::memory;
 use super::proxy::{BlockedHost, EgressProxy};
 use super::sandbox::{self, ChildSetup, Mechanism, ParentSide, SandboxReport};
-use super::spawner::{self as spawner_mod, Launch, SpawnError, Spawner};
+use super::spawner::{self as spawner_mod, Keep, Launch, SpawnError, Spawner};
 use super::view::{self, View};
 use super::{CommandLine, ExecOptions, ExecOutput, ExecRequest, Executor, Termination};
 use crate::audit::redact::is_secret_name;
@@ -356,11 +356,15 @@ impl LocalExecutor {
     /// A new spawner for the current backend, in a cgroup of its own (as root only).
     fn start_spawner(&self) -> Option<Spawner> {
         let base = self.cgroups.as_ref().filter(|_| self.opts.spawner)?;
-        let template = match &self.backend {
-            Backend::Landlock { .. } => ChildSetup::helper(self.opts.network),
-            Backend::Bwrap { .. } | Backend::None => {
-                ChildSetup::limits_only(&self.opts.limits, self.data_rlimit())
+        let (template, keep) = match &self.backend {
+            Backend::Landlock { .. } if self.opts.network == NetworkMode::Off => {
+                (ChildSetup::helper(self.opts.network), Keep::UserAndNet)
             }
+            Backend::Landlock { .. } => (ChildSetup::helper(self.opts.network), Keep::User),
+            Backend::Bwrap { .. } | Backend::None => (
+                ChildSetup::limits_only(&self.opts.limits, self.data_rlimit()),
+                Keep::Nothing,
+            ),
         };
         let started = template.and_then(|(t, _)| {
             Spawner::start(
@@ -369,6 +373,7 @@ impl LocalExecutor {
                 self.opts.limits.memory_bytes,
                 &t,
                 &self.worktree,
+                keep,
             )
             .map_err(|e| Error::SandboxSetup {
                 what: "the command spawner".into(),

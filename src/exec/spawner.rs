@@ -94,6 +94,20 @@ struct Start {
     template: Template,
     /// The working directory of every command.
     cwd: PathBuf,
+    /// The namespaces made once, for every command to enter.
+    keep: Keep,
+}
+
+/// Which namespaces a spawner makes once for the sandbox helper of each of its commands to
+/// enter (see [`super::helper::Kept`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Keep {
+    /// None: the commands are not run through the helper.
+    Nothing,
+    /// A user namespace; each command makes its own network namespace, if any.
+    User,
+    /// A user namespace and a network namespace with only `lo` (the network is off).
+    UserAndNet,
 }
 
 /// What to start: the resolved program, its `argv` (with `argv[0]`) and environment.
@@ -133,13 +147,15 @@ impl std::fmt::Debug for Spawner {
 
 impl Spawner {
     /// Make a cgroup limited to `max_processes` plus the spawner, and start a spawner that
-    /// joins it and sets every command up with `template`'s constant parts in `cwd`.
+    /// joins it and sets every command up with `template`'s constant parts in `cwd`, in the
+    /// namespaces it makes once as `keep` says.
     pub(crate) fn start(
         base: &CgroupBase,
         max_processes: u64,
         memory_bytes: u64,
         template: &ChildSetup,
         cwd: &Path,
+        keep: Keep,
     ) -> std::io::Result<Self> {
         let mut cgroup = base.create(max_processes.saturating_add(1), memory_bytes)?;
         let (ours, theirs) = seqpacket_pair()?;
@@ -157,6 +173,7 @@ impl Spawner {
             in_memory_cgroup: cgroup.memory.is_some(),
             template: template.template(),
             cwd: cwd.to_path_buf(),
+            keep,
         };
         let this = Self {
             child,
@@ -520,9 +537,14 @@ pub(crate) fn main() -> i32 {
         reply(CTL_FD, READY, 0, e.raw_os_error().unwrap_or(libc::EIO), 0);
         return 1;
     }
+    // Without them, each command makes its own (as an exec'd helper does): slower, as safe.
+    let kept = match start.keep {
+        Keep::Nothing => None,
+        keep => super::helper::Kept::create(keep == Keep::UserAndNet).ok(),
+    };
     reply(CTL_FD, READY, std::process::id() as i32, 0, 0);
     loop {
-        serve_one(&start, &mut buf);
+        serve_one(&start, &mut buf, kept.as_ref());
     }
 }
 
@@ -542,7 +564,7 @@ fn join(start: &Start) -> std::io::Result<()> {
 
 /// Take one request, fork its command, say it started (or why not), wait for it, say how it
 /// ended. Ends the process when the agent has gone.
-fn serve_one(start: &Start, buf: &mut [u8]) {
+fn serve_one(start: &Start, buf: &mut [u8], kept: Option<&super::helper::Kept>) {
     let mut fds = [-1; fdpass::MAX_FDS];
     // SAFETY: the descriptors received are ours and closed below.
     let got = unsafe { fdpass::recv(CTL_FD, 0, buf, &mut fds) };
@@ -588,7 +610,7 @@ fn serve_one(start: &Start, buf: &mut [u8]) {
     // SAFETY: this process is single-threaded: the child may run any code before `exec`.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        command_child(start, &cmd);
+        command_child(start, &cmd, kept);
     }
     let fork_errno = errno();
     drop(status_w);
@@ -683,7 +705,7 @@ unsafe fn watch(ctl: RawFd, pid: libc::pid_t) {
 }
 
 /// The command's child: standard streams, working directory, the sandbox, `exec`.
-fn command_child(start: &Start, c: &CommandParts<'_>) -> ! {
+fn command_child(start: &Start, c: &CommandParts<'_>, kept: Option<&super::helper::Kept>) -> ! {
     let report = |e: i32| -> ! {
         // SAFETY: writes four bytes from the stack, then ends the child.
         unsafe {
@@ -744,7 +766,7 @@ fn command_child(start: &Start, c: &CommandParts<'_>) -> ! {
         };
         if start.template.helper && super::helper::is_helper_call(c.argv) {
             // The helper closes the status pipe with every other descriptor: EOF, started.
-            super::helper::run_in_process(c.argv, c.env);
+            super::helper::run_in_process(c.argv, c.env, kept);
         }
         let (argv, envp) = (ptrs(c.argv), ptrs(c.env));
         libc::execve(c.path.as_ptr(), argv.as_ptr(), envp.as_ptr());

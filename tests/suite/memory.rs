@@ -197,17 +197,18 @@ async fn the_spawner_is_exec_d_and_holds_nothing_of_the_agent() {
         let cgroups = wait_for_file(&wt.path().join("cgroups")).await;
         assert!(cgroups.contains("pids"), "{cgroups}");
         let pid = spawner_in(&cgroups, report);
-        // Serving a command, it holds the control socket and the command's pidfd.
-        assert_spawner_holds(pid, &["socket:", "pidfd"]);
+        // Serving a command, it holds the control socket, the user and network namespaces
+        // its commands enter, and the command's pidfd.
+        assert_spawner_holds(pid, &["socket:", "user:[", "net:[", "pidfd"]);
         std::fs::write(wt.path().join("done"), "").unwrap();
         pid
     };
     let (out, pid) = tokio::join!(exec.run(command), look);
     let out = out.unwrap();
     assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
-    // Idle, back in the pool: the control socket alone.
+    // Idle, back in the pool: the control socket and the namespaces.
     if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        assert_spawner_holds(pid, &["socket:"]);
+        assert_spawner_holds(pid, &["socket:", "user:[", "net:["]);
     }
     drop(leaked);
 }

@@ -656,9 +656,56 @@ fn inner_loopback_inside_host_loopback_unreachable() {
             "the command's own loopback failed:\n{t}"
         );
         assert!(t.contains("host:unreachable"), "{t}");
+        // The commands of one spawner share a network namespace: what one leaves in it must
+        // not reach the next. A daemon listening there dies with its command, and no command
+        // can take the loopback down (its capabilities are gone).
+        let out = sh(&exec, LEAVE_A_LISTENER_AND_TAKE_LO_DOWN).await;
+        let t = text(&out);
+        assert!(t.contains("daemon:listening"), "{t}");
+        assert!(t.contains("lo:refused"), "{t}");
+        let out = sh(
+            &exec,
+            &format!("{}\n{}", FIND_THE_LISTENER, loopback_script(port)),
+        )
+        .await;
+        let t = text(&out);
+        assert!(t.contains("daemon:gone"), "{t}");
+        assert!(t.contains("inside: pong"), "{t}");
     });
     assert!(host.accept().is_err(), "the host's loopback was reached");
 }
+
+/// A daemon listening on 127.0.0.1:7777 left behind, and a try at setting `lo` down.
+const LEAVE_A_LISTENER_AND_TAKE_LO_DOWN: &str = r#"setsid python3 -c '
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 7777)); s.listen(5); time.sleep(60)' >/dev/null 2>&1 &
+python3 - <<'EOF'
+import fcntl, socket, struct, time
+for _ in range(100):
+    try:
+        socket.create_connection(("127.0.0.1", 7777), timeout=1).close()
+        print("daemon:listening")
+        break
+    except OSError:
+        time.sleep(0.05)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", 0))  # SIOCSIFFLAGS: lo down
+    print("lo:down")
+except OSError as e:
+    print("lo:refused", e)
+EOF"#;
+
+/// Whether the daemon of [`LEAVE_A_LISTENER_AND_TAKE_LO_DOWN`] still listens.
+const FIND_THE_LISTENER: &str = r#"python3 - <<'EOF'
+import socket
+try:
+    socket.create_connection(("127.0.0.1", 7777), timeout=2).close()
+    print("daemon:alive")
+except OSError as e:
+    print("daemon:gone", e)
+EOF"#;
 
 // Guards issue 17 point 7: with the network off a test suite that serves on 127.0.0.1 and
 // connects to itself passes (its own network namespace has `lo` up), while the host's
