@@ -38,10 +38,10 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// A function that removes secrets from a piece of text. Built by the redaction module; the
 /// log only calls it.
-pub type Redactor = Arc<dyn Fn(&str) -> String + Send + Sync>;
+pub type RedactFn = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// A redactor that changes nothing, for logs that hold no secrets (tests, demos).
-pub fn no_redaction() -> Redactor {
+pub fn no_redaction() -> RedactFn {
     Arc::new(|s: &str| s.to_owned())
 }
 
@@ -238,7 +238,7 @@ fn write_canonical(value: &Value, out: &mut String) {
 }
 
 /// Applies the redactor to every string and key of a value.
-fn redact_value(value: &Value, redact: &Redactor) -> Value {
+fn redact_value(value: &Value, redact: &RedactFn) -> Value {
     match value {
         Value::String(s) => Value::String(redact(s)),
         Value::Array(items) => {
@@ -521,7 +521,7 @@ pub struct Appender {
     path: PathBuf,
     run: String,
     sync_each: bool,
-    redact: Redactor,
+    redact: RedactFn,
     inner: Mutex<Inner>,
 }
 
@@ -539,7 +539,7 @@ impl Appender {
     ///
     /// A torn last line is cut off and returned in [`Recovery`]; any other break is an error,
     /// since appending to a tampered chain would make it look valid from here on.
-    pub fn open(path: &Path, run: &str, redact: Redactor) -> Result<(Self, Recovery)> {
+    pub fn open(path: &Path, run: &str, redact: RedactFn) -> Result<(Self, Recovery)> {
         let io = |source| Error::Io {
             path: path.to_owned(),
             source,
@@ -1057,7 +1057,7 @@ mod tests {
     fn data_is_redacted_before_hashing_and_writing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let redact: Redactor = Arc::new(|s: &str| s.replace("hunter2", "***"));
+        let redact: RedactFn = Arc::new(|s: &str| s.replace("hunter2", "***"));
         let (app, _) = Appender::open(&path, "run-1", redact).unwrap();
         let e = app
             .append(

@@ -22,7 +22,7 @@ use crate::forge::github::{Auth, GitHub, GitHubOptions};
 use crate::run::RunState;
 use crate::run::engine::StartOptions;
 use crate::run::publish::{self, Fetch, Lookup, Prepared, Resolved};
-use crate::trigger::{self, Event, Outcome};
+use crate::trigger::{self, Directive, Event};
 use crate::workspace::Repo;
 
 /// Arguments of `git agent action`; each defaults to the variable the runner sets.
@@ -208,7 +208,7 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
     // octocrab's client spawns its service on the runtime it is built in.
     let _in_runtime = rt.enter();
     let gh = GitHub::new(
-        Auth::Token(token),
+        Auth::Token(token.into()),
         GitHubOptions {
             api_base: args.api_url.clone(),
             ..GitHubOptions::default()
@@ -226,16 +226,16 @@ pub fn run(args: ActionArgs) -> anyhow::Result<u8> {
         &event,
     ))?;
     let repository = match &outcome {
-        Outcome::Ignored { reason } => {
+        Directive::Ignored { reason } => {
             return ignore(&report, reason, &format!("event ignored — {reason}"));
         }
-        Outcome::Stop(_) | Outcome::Retry(_) => {
+        Directive::Stop(_) | Directive::Retry(_) => {
             let reason = "`/agent stop` and `/agent retry` are handled by the GitHub App \
                           (`git agent serve`), not by the Action";
             return ignore(&report, reason, reason);
         }
-        Outcome::Run(t) => t.task.repo.as_ref().map(std::string::ToString::to_string),
-        Outcome::Approve { control, .. } => Some(control.repo.to_string()),
+        Directive::Run(t) => t.task.repo.as_ref().map(std::string::ToString::to_string),
+        Directive::Approve { control, .. } => Some(control.repo.to_string()),
     };
     let Some(repository) = args.repository.clone().or(repository) else {
         bail!("no repository: GITHUB_REPOSITORY is unset and the event names none");

@@ -10,7 +10,7 @@ use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::Secret;
-use crate::server::github::{Credentials, GitHubRunner};
+use crate::server::github::{BotCredentials, GitHubRunner};
 use crate::server::publisher::EnginePublisher;
 use crate::server::{self, AppState, JobRunner, WorkerOptions};
 use crate::store;
@@ -314,12 +314,12 @@ pub fn run(args: Args, log: &str) -> anyhow::Result<u8> {
         )?,
     };
     let credentials = match (args.app_id, app_key) {
-        (Some(app_id), Some(pem)) => Credentials::App {
+        (Some(app_id), Some(pem)) => BotCredentials::App {
             app_id,
             key: Arc::new(SecretString::from(pem)),
         },
         (None, None) => match std::env::var("GITHUB_TOKEN").ok().filter(|t| !t.is_empty()) {
-            Some(t) => Credentials::Token(Arc::new(SecretString::from(t))),
+            Some(t) => BotCredentials::Token(Arc::new(SecretString::from(t))),
             None => bail!(
                 "no GitHub credentials: set GIT_AGENT_APP_ID and GIT_AGENT_APP_KEY (or \
                  --app-id and --app-key-file), or GITHUB_TOKEN"

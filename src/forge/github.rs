@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use http::{HeaderMap, Method};
 use http_body_util::BodyExt as _;
 use octocrab::Octocrab;
-use octocrab::secrecy::ExposeSecret as _;
+use secrecy::{ExposeSecret as _, SecretString};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -27,7 +27,7 @@ use super::{
     Result, User, WorkflowRun, progress_marker,
 };
 use crate::task::RepoRef;
-use crate::workspace::{Credentials, Repo};
+use crate::workspace::{PushCredentials, Repo};
 
 /// GitHub's hard limit on a pull request body and a comment, in characters.
 pub const BODY_LIMIT: usize = 65_536;
@@ -38,36 +38,20 @@ const MAX_PAGES: u32 = 30;
 /// Bytes of one job log kept at most (the log is cut to the failure later).
 const MAX_LOG_BYTES: usize = 8 << 20;
 
-/// How the client authenticates.
-#[derive(Clone)]
+/// How the client authenticates. `Debug` never shows the token or the key.
+#[derive(Clone, Debug)]
 pub enum Auth {
     /// A token: `GITHUB_TOKEN` in Actions, or a personal access token.
-    Token(String),
+    Token(SecretString),
     /// As a GitHub App installation.
     App {
         /// The App's id.
         app_id: u64,
         /// The App's private key, PEM (`GIT_AGENT_APP_KEY`).
-        private_key_pem: String,
+        private_key_pem: SecretString,
         /// The installation to act as (from the webhook's `installation.id`).
         installation_id: u64,
     },
-}
-
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Auth::Token(_) => f.write_str("Auth::Token(***)"),
-            Auth::App {
-                app_id,
-                installation_id,
-                ..
-            } => write!(
-                f,
-                "Auth::App {{ app_id: {app_id}, installation_id: {installation_id}, key: *** }}"
-            ),
-        }
-    }
 }
 
 /// When and how long to wait on rate limits and server errors.
@@ -406,7 +390,7 @@ impl GitHub {
             // A token read from a file often ends in a newline; octocrab would panic on a
             // header value that is not valid, so it is checked here.
             Auth::Token(token) => {
-                let token = token.trim().to_string();
+                let token = token.expose_secret().trim().to_string();
                 if token.is_empty()
                     || http::HeaderValue::from_str(&format!("Bearer {token}")).is_err()
                 {
@@ -416,13 +400,13 @@ impl GitHub {
                         source: None,
                     });
                 }
-                Auth::Token(token)
+                Auth::Token(token.into())
             }
             app => app,
         };
         let crab = match &auth {
             Auth::Token(token) => builder
-                .personal_token(token.clone())
+                .personal_token(token.expose_secret().to_string())
                 .build()
                 .map_err(|e| Error::auth("cannot build the client", e))?,
             Auth::App {
@@ -430,8 +414,9 @@ impl GitHub {
                 private_key_pem,
                 installation_id,
             } => {
-                let key = octocrab::EncodingKey::from_rsa_pem(private_key_pem.as_bytes())
-                    .map_err(|e| Error::auth("the App private key is not RSA PEM", e))?;
+                let key =
+                    octocrab::EncodingKey::from_rsa_pem(private_key_pem.expose_secret().as_bytes())
+                        .map_err(|e| Error::auth("the App private key is not RSA PEM", e))?;
                 builder
                     .app((*app_id).into(), key)
                     .build()
@@ -456,14 +441,13 @@ impl GitHub {
     }
 
     /// The token for git over HTTPS: the configured one, or a fresh installation token.
-    pub async fn git_token(&self) -> Result<String> {
+    pub async fn git_token(&self) -> Result<SecretString> {
         match &self.auth {
             Auth::Token(t) => Ok(t.clone()),
             Auth::App { .. } => self
                 .crab
                 .installation_token_with_buffer(chrono::Duration::minutes(5))
                 .await
-                .map(|s| s.expose_secret().to_string())
                 .map_err(|e| Error::auth("cannot mint an installation token", e)),
         }
     }
@@ -733,7 +717,7 @@ impl Forge for GitHub {
         refs: &[String],
         branch_prefix: &str,
     ) -> Result<()> {
-        let creds = Credentials::Token(self.git_token().await?);
+        let creds = PushCredentials::Token(self.git_token().await?);
         let (remote_owned, refs, prefix) =
             (remote.to_string(), refs.to_vec(), branch_prefix.to_string());
         tokio::task::spawn_blocking(move || local.push(&remote_owned, &refs, &prefix, Some(&creds)))
@@ -745,7 +729,7 @@ impl Forge for GitHub {
     }
 
     async fn fetch_run_record(&self, local: Repo, remote: &str, run_id: &str) -> Result<()> {
-        let creds = Credentials::Token(self.git_token().await?);
+        let creds = PushCredentials::Token(self.git_token().await?);
         super::fetch_record(local, remote, run_id, Some(creds)).await
     }
 

@@ -258,7 +258,7 @@ pub(crate) async fn fetch_record(
     local: Repo,
     remote: &str,
     run_id: &str,
-    creds: Option<crate::workspace::Credentials>,
+    creds: Option<crate::workspace::PushCredentials>,
 ) -> Result<()> {
     let (remote_owned, id) = (remote.to_string(), run_id.to_string());
     tokio::task::spawn_blocking(move || local.fetch_run_record(&remote_owned, &id, creds.as_ref()))

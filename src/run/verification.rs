@@ -24,7 +24,7 @@ use super::setup::Workbench;
 use crate::audit::chain::Kind;
 use crate::config::Preexisting;
 use crate::exec::{ExecRequest, Executor, Termination};
-use crate::verify::{self, Decision, Observation, RunResult, TestCommand};
+use crate::verify::{self, Observation, RunResult, TestCommand, TestVerdict};
 
 /// Bytes of failure summary given to the model and the report.
 const FAILURE_SUMMARY_BYTES: usize = 6 * 1024;
@@ -71,7 +71,7 @@ pub(super) struct TestRun {
     /// Its line in the record and the report.
     pub(super) line: VerifyLine,
     /// The verdict against the baseline.
-    pub(super) decision: Decision,
+    pub(super) decision: TestVerdict,
     /// stdout then stderr, as captured (not redacted: it stays in the process).
     pub(super) output: String,
     /// A command set-up runs in every checkout before the tests failed there (its text):

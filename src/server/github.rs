@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use secrecy::{ExposeSecret as _, SecretString};
+use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
 use super::runner::{JobInput, JobOutcome, JobRunner};
@@ -13,11 +13,11 @@ use crate::config::TriggerConfig;
 use crate::forge::Forge;
 use crate::forge::github::{Auth, GitHub, GitHubOptions};
 use crate::task::RepoRef;
-use crate::trigger::{self, Event, Outcome};
+use crate::trigger::{self, Directive, Event};
 
-/// How the bot authenticates to GitHub.
-#[derive(Clone)]
-pub enum Credentials {
+/// How the bot authenticates to GitHub. `Debug` never shows the key or the token.
+#[derive(Clone, Debug)]
+pub enum BotCredentials {
     /// As a GitHub App: each delivery's `installation.id` picks the installation.
     App {
         /// `--app-id`.
@@ -27,15 +27,6 @@ pub enum Credentials {
     },
     /// One token for every repository (a personal or fine-grained token; tests).
     Token(Arc<SecretString>),
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Credentials::App { app_id, .. } => write!(f, "App {{ app_id: {app_id}, key: *** }}"),
-            Credentials::Token(_) => f.write_str("Token(***)"),
-        }
-    }
 }
 
 /// Where a run's branch goes and with which credentials.
@@ -60,7 +51,7 @@ pub trait Publisher: Send + Sync {
     async fn publish(
         &self,
         repo: RepoRef,
-        outcome: Outcome,
+        outcome: Directive,
         target: Target,
         cancel: CancellationToken,
         stop: CancellationToken,
@@ -70,7 +61,7 @@ pub trait Publisher: Send + Sync {
 /// The production runner.
 pub struct GitHubRunner {
     /// Credentials.
-    pub credentials: Credentials,
+    pub credentials: BotCredentials,
     /// GitHub client options (API base for Enterprise Server or a test server).
     pub options: GitHubOptions,
     /// Base of the git remotes: `https://github.com` gives `https://github.com/OWNER/NAME.git`.
@@ -87,14 +78,14 @@ impl GitHubRunner {
     fn forge_for(&self, job: &JobInput, event: &Event<'_>) -> Result<GitHub> {
         let fail = |what: &str| Error::runner(&job.job_id, what);
         let auth = match &self.credentials {
-            Credentials::Token(t) => Auth::Token(t.expose_secret().to_string()),
-            Credentials::App { app_id, key } => {
+            BotCredentials::Token(t) => Auth::Token(SecretString::clone(t)),
+            BotCredentials::App { app_id, key } => {
                 let installation_id = event
                     .installation_id()
                     .ok_or_else(|| fail("the delivery names no App installation"))?;
                 Auth::App {
                     app_id: *app_id,
-                    private_key_pem: key.expose_secret().to_string(),
+                    private_key_pem: SecretString::clone(key),
                     installation_id,
                 }
             }
@@ -124,18 +115,18 @@ impl JobRunner for GitHubRunner {
                     Error::runner_by(&job.job_id, "cannot read what the event asks for", e)
                 })?;
         let repo = match &outcome {
-            Outcome::Ignored { reason } => {
+            Directive::Ignored { reason } => {
                 return Ok(JobOutcome::Ignored {
                     reason: reason.clone(),
                 });
             }
-            Outcome::Stop(control) => {
+            Directive::Stop(control) => {
                 return Ok(JobOutcome::Stop {
                     lane: format!("{}#{}", control.repo, control.number),
                 });
             }
-            Outcome::Approve { control, .. } | Outcome::Retry(control) => control.repo.clone(),
-            Outcome::Run(t) => match &t.task.repo {
+            Directive::Approve { control, .. } | Directive::Retry(control) => control.repo.clone(),
+            Directive::Run(t) => match &t.task.repo {
                 Some(r) => r.clone(),
                 None => return Err(Error::runner(&job.job_id, "the task names no repository")),
             },
@@ -152,7 +143,7 @@ impl JobRunner for GitHubRunner {
                 repo.owner,
                 repo.name
             ),
-            git_token: Some(SecretString::from(git_token)),
+            git_token: Some(git_token),
         };
         self.publisher
             .publish(repo, outcome, target, cancel, job.stop.clone())

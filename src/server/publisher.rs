@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use secrecy::ExposeSecret as _;
 use tokio_util::sync::CancellationToken;
 
 use super::github::{Publisher, Target};
@@ -16,8 +15,8 @@ use crate::exec::Secret;
 use crate::run::publish::{self, Fetch, Lookup, Published, Resolved};
 use crate::run::services;
 use crate::task::RepoRef;
-use crate::trigger::Outcome;
-use crate::workspace::{Credentials as GitCredentials, Repo};
+use crate::trigger::Directive;
+use crate::workspace::{PushCredentials, Repo};
 
 /// The production [`Publisher`]: runs in bare mirrors kept under the state directory
 /// (`STATE_DIR/repos/<owner>/<name>.git`), one per repository; their run worktrees go to
@@ -57,7 +56,7 @@ impl Publisher for EnginePublisher {
     async fn publish(
         &self,
         repo: RepoRef,
-        outcome: Outcome,
+        outcome: Directive,
         target: Target,
         cancel: CancellationToken,
         stop: CancellationToken,
@@ -99,13 +98,13 @@ impl Publisher for EnginePublisher {
 }
 
 /// The job's name in errors: the task's key, or the conversation and the command.
-fn job_name(repo: &RepoRef, outcome: &Outcome) -> String {
+fn job_name(repo: &RepoRef, outcome: &Directive) -> String {
     match outcome {
-        Outcome::Run(t) => t.task.key.clone(),
-        Outcome::Approve { control, .. } => format!("{repo}#{}:approve", control.number),
-        Outcome::Retry(control) => format!("{repo}#{}:retry", control.number),
-        Outcome::Stop(control) => format!("{repo}#{}:stop", control.number),
-        Outcome::Ignored { .. } => format!("{repo}:ignored"),
+        Directive::Run(t) => t.task.key.clone(),
+        Directive::Approve { control, .. } => format!("{repo}#{}:approve", control.number),
+        Directive::Retry(control) => format!("{repo}#{}:retry", control.number),
+        Directive::Stop(control) => format!("{repo}#{}:stop", control.number),
+        Directive::Ignored { .. } => format!("{repo}:ignored"),
     }
 }
 
@@ -141,7 +140,7 @@ async fn run_and_publish(
     state: &Path,
     secrets: Vec<Secret>,
     repo_ref: &RepoRef,
-    outcome: Outcome,
+    outcome: Directive,
     target: Target,
     stop: CancellationToken,
 ) -> std::result::Result<JobOutcome, String> {
@@ -151,7 +150,8 @@ async fn run_and_publish(
     let creds = target
         .git_token
         .as_ref()
-        .map(|t| GitCredentials::Token(t.expose_secret().to_string()));
+        .cloned()
+        .map(PushCredentials::Token);
     let lookup = Lookup {
         repo: &repo,
         forge,

@@ -10,7 +10,7 @@
 //! and cutting CI logs to the failure ([`ci_log`]).
 //!
 //! It must not run anything or write to the forge: reacting, commenting and pushing are the
-//! caller's, once it has decided to act on the [`Outcome`].
+//! caller's, once it has decided to act on the [`Directive`].
 
 pub mod ci_log;
 pub mod command;
@@ -80,7 +80,7 @@ pub struct Control {
 
 /// What to do about an event.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum Directive {
     /// Start a run.
     Run(Box<Triggered>),
     /// `/agent stop`: stop the run of this issue or PR.
@@ -101,8 +101,8 @@ pub enum Outcome {
     },
 }
 
-fn ignored(reason: impl Into<String>) -> Result<Outcome> {
-    Ok(Outcome::Ignored {
+fn ignored(reason: impl Into<String>) -> Result<Directive> {
+    Ok(Directive::Ignored {
         reason: reason.into(),
     })
 }
@@ -225,7 +225,7 @@ impl<'a> Gate<'a> {
     }
 }
 
-/// Turn one event into an [`Outcome`].
+/// Turn one event into an [`Directive`].
 ///
 /// Asks `forge` for permissions, the conversation, PR branches and CI logs; writes nothing.
 /// Events that lack what a decision needs are ignored with a reason, never an error; forge
@@ -235,7 +235,7 @@ pub async fn evaluate(
     config: &TriggerConfig,
     options: &Options,
     event: &Event<'_>,
-) -> Result<Outcome> {
+) -> Result<Directive> {
     let Some(repo) = event.repo() else {
         return ignored(format!("{} event without a repository", event.name));
     };
@@ -255,7 +255,7 @@ pub async fn evaluate_bytes(
     options: &Options,
     event: &str,
     payload: &[u8],
-) -> Result<Outcome> {
+) -> Result<Directive> {
     let event = Event::parse(event, payload)?;
     evaluate(forge, config, options, &event).await
 }
@@ -269,7 +269,7 @@ async fn issue_labeled(
     config: &TriggerConfig,
     repo: &RepoRef,
     event: &Event<'_>,
-) -> Result<Outcome> {
+) -> Result<Directive> {
     let (action, payload) = (event.action(), &event.payload);
     if action != "labeled" {
         return ignored(format!(
@@ -306,7 +306,7 @@ async fn issue_labeled(
     }
     let goal = gate.conversation(number, None).await?;
     let base = default_branch(event);
-    Ok(Outcome::Run(Box::new(Triggered {
+    Ok(Directive::Run(Box::new(Triggered {
         task: Task {
             goal,
             mode: Mode::Fix,
@@ -331,7 +331,7 @@ async fn comment(
     repo: &RepoRef,
     event: &Event<'_>,
     review: bool,
-) -> Result<Outcome> {
+) -> Result<Directive> {
     let (action, payload) = (event.action(), &event.payload);
     let name = event.name;
     if action != "created" {
@@ -397,9 +397,9 @@ async fn comment(
         requested_by: person_of(&sender),
     };
     let (mode, request) = match cmd {
-        Command::Stop => return Ok(Outcome::Stop(control)),
-        Command::Retry => return Ok(Outcome::Retry(control)),
-        Command::Approve(run) => return Ok(Outcome::Approve { control, run }),
+        Command::Stop => return Ok(Directive::Stop(control)),
+        Command::Retry => return Ok(Directive::Retry(control)),
+        Command::Approve(run) => return Ok(Directive::Approve { control, run }),
         Command::Fix(text) => (Mode::Fix, text),
         Command::Plan => (Mode::Plan, String::new()),
     };
@@ -455,7 +455,7 @@ async fn comment(
         )
     };
     let verb = if mode == Mode::Plan { "plan" } else { "fix" };
-    Ok(Outcome::Run(Box::new(Triggered {
+    Ok(Directive::Run(Box::new(Triggered {
         task: Task {
             goal,
             mode,
@@ -476,7 +476,7 @@ async fn ci_failure(
     options: &Options,
     repo: &RepoRef,
     event: &Event<'_>,
-) -> Result<Outcome> {
+) -> Result<Directive> {
     let action = event.action();
     if action != "completed" {
         return ignored(format!(
@@ -600,7 +600,7 @@ async fn ci_failure(
             jobs.len() - options.max_failed_jobs
         ));
     }
-    Ok(Outcome::Run(Box::new(Triggered {
+    Ok(Directive::Run(Box::new(Triggered {
         task: Task {
             goal,
             mode: Mode::Fix,

@@ -60,7 +60,7 @@ pub enum Basis {
 
 /// The verdict on a test run, with the evidence for the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Decision {
+pub struct TestVerdict {
     /// Whether the change is verified.
     pub success: bool,
     /// What the verdict rests on.
@@ -100,7 +100,7 @@ pub struct Decision {
     pub added_passing: Vec<String>,
 }
 
-impl Decision {
+impl TestVerdict {
     /// One line for the report, e.g. `3 passed; the 1 that failed before now passes; none
     /// newly failing`.
     pub fn headline(&self, after: &Observation) -> String {
@@ -167,7 +167,7 @@ impl Decision {
 /// runner, the same failure before and after, in a test that does not reach the change —
 /// so as many unrelated failures as the base had may stand beside one real fix (issue 39).
 pub fn excuse(
-    d: &mut Decision,
+    d: &mut TestVerdict,
     now: &Observation,
     flaky: &BTreeSet<String>,
     shown: bool,
@@ -254,8 +254,8 @@ fn usable(o: Option<&Observation>) -> Option<&TestReport> {
 /// test fails now that did not fail before. Tests are compared by name where both runs name
 /// them; otherwise the exit code decides and the notes say so. `baseline` is the run before
 /// any edit (`None` when there was none).
-pub fn decide(baseline: Option<&Observation>, after: &Observation) -> Decision {
-    let mut d = Decision {
+pub fn decide(baseline: Option<&Observation>, after: &Observation) -> TestVerdict {
+    let mut d = TestVerdict {
         success: false,
         basis: Basis::ExitCode,
         exit_code: after.exit_code,

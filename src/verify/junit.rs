@@ -38,7 +38,7 @@ pub fn parse_junit_xml<S: AsRef<str>>(documents: &[S]) -> Option<TestReport> {
             } else {
                 format!("{class}.{name}")
             };
-            let mut outcome = Outcome::Passed;
+            let mut outcome = CaseStatus::Passed;
             let mut detail = String::new();
             if !tag.self_closing {
                 // Children up to </testcase>.
@@ -52,7 +52,7 @@ pub fn parse_junit_xml<S: AsRef<str>>(documents: &[S]) -> Option<TestReport> {
                     }
                     match child.name {
                         "failure" | "error" => {
-                            outcome = Outcome::Failed;
+                            outcome = CaseStatus::Failed;
                             if let Some(msg) = attr(child.attrs, "message") {
                                 detail.push_str(&msg);
                                 detail.push('\n');
@@ -64,23 +64,23 @@ pub fn parse_junit_xml<S: AsRef<str>>(documents: &[S]) -> Option<TestReport> {
                                 p = end;
                             }
                         }
-                        "skipped" if outcome == Outcome::Passed => outcome = Outcome::Skipped,
+                        "skipped" if outcome == CaseStatus::Passed => outcome = CaseStatus::Skipped,
                         _ => {}
                     }
                 }
                 pos = close;
             }
             match outcome {
-                Outcome::Passed => {
+                CaseStatus::Passed => {
                     report.passed.insert(full);
                 }
-                Outcome::Failed => {
+                CaseStatus::Failed => {
                     report
                         .details
                         .insert(full.clone(), detail.trim().to_owned());
                     report.failed.insert(full);
                 }
-                Outcome::Skipped => {
+                CaseStatus::Skipped => {
                     report.skipped.insert(full);
                 }
             }
@@ -98,7 +98,7 @@ pub fn parse_junit_xml<S: AsRef<str>>(documents: &[S]) -> Option<TestReport> {
 }
 
 #[derive(PartialEq, Eq)]
-enum Outcome {
+enum CaseStatus {
     Passed,
     Failed,
     Skipped,

@@ -27,7 +27,7 @@ mod setup;
 mod summary;
 mod unittest;
 
-pub use decide::{Basis, Decision, Observation, RunResult, decide, excuse, observe};
+pub use decide::{Basis, Observation, RunResult, TestVerdict, decide, excuse, observe};
 pub use detect::{
     CommandSource, Reliable, Runner, TestCommand, detect, junit_report_dirs, read_junit_reports,
     reliable_command, resolve,

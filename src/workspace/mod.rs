@@ -25,7 +25,7 @@ pub use commit::CommitRequest;
 pub use diff::{ChangedBlob, Diff, FileDiff, FileStatus};
 pub use error::{Error, Result};
 pub use record::{PRIVATE_RUN_DIR, run_ref};
-pub use remote::Credentials;
+pub use remote::PushCredentials;
 pub use repo::{Repo, repo_key};
 pub use worktree::{
     GcEntry, GcOptions, Provenance, Worktree, WorktreeOptions, WorktreeRequest, checkouts_root,

@@ -1,6 +1,7 @@
 //! Pushing run branches and run-record refs, and fetching run records, through hardened `git`.
 
 use base64::Engine as _;
+use secrecy::{ExposeSecret as _, SecretString};
 
 use super::error::{Error, Result};
 use super::git_cli;
@@ -8,25 +9,20 @@ use super::repo::Repo;
 
 /// Credentials for a push, handed to git through its environment only: never in argv, the
 /// remote URL, or any file under `.git`.
-#[derive(Clone)]
-pub enum Credentials {
+/// `Debug` never shows the token.
+#[derive(Clone, Debug)]
+pub enum PushCredentials {
     /// An HTTP token (GitHub: installation or personal token), sent as a Basic
     /// `Authorization` header via `http.extraHeader` set from `GIT_CONFIG_*` variables.
-    Token(String),
+    Token(SecretString),
 }
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Credentials::Token(***)")
-    }
-}
-
-impl Credentials {
+impl PushCredentials {
     fn env(&self) -> Vec<(&'static str, String)> {
         match self {
-            Credentials::Token(token) => {
+            PushCredentials::Token(token) => {
                 let basic = base64::engine::general_purpose::STANDARD
-                    .encode(format!("x-access-token:{token}"));
+                    .encode(format!("x-access-token:{}", token.expose_secret()));
                 vec![
                     ("GIT_CONFIG_COUNT", "1".to_string()),
                     ("GIT_CONFIG_KEY_0", "http.extraHeader".to_string()),
@@ -67,7 +63,7 @@ impl Repo {
         remote: &str,
         refs: &[String],
         branch_prefix: &str,
-        creds: Option<&Credentials>,
+        creds: Option<&PushCredentials>,
     ) -> Result<()> {
         for r in refs {
             check_push_ref(branch_prefix, r)?;
@@ -129,7 +125,7 @@ impl Repo {
         &self,
         remote: &str,
         branch: &str,
-        creds: Option<&Credentials>,
+        creds: Option<&PushCredentials>,
     ) -> Result<()> {
         self.fetch_branch_as(remote, branch, &format!("refs/heads/{branch}"), creds)
     }
@@ -141,7 +137,7 @@ impl Repo {
         remote: &str,
         branch: &str,
         dest: &str,
-        creds: Option<&Credentials>,
+        creds: Option<&PushCredentials>,
     ) -> Result<()> {
         let bad = |s: &str| s.starts_with('-') || s.contains("..") || s.contains(':');
         if remote.starts_with('-') || bad(branch) || bad(dest) || !dest.starts_with("refs/") {
@@ -168,7 +164,7 @@ impl Repo {
         &self,
         remote: &str,
         run_id: &str,
-        creds: Option<&Credentials>,
+        creds: Option<&PushCredentials>,
     ) -> Result<()> {
         if remote.starts_with('-') || run_id.contains('/') || run_id.starts_with('-') {
             return Err(Error::InvalidName {
@@ -207,7 +203,7 @@ mod tests {
 
     #[test]
     fn credentials_never_print() {
-        let c = Credentials::Token("ghs_secret".into());
+        let c = PushCredentials::Token("ghs_secret".into());
         assert!(!format!("{c:?}").contains("ghs_secret"));
     }
 }

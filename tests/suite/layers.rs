@@ -251,7 +251,7 @@ fn the_checker_sees_each_way_of_naming_a_module() {
     }
     // And these are not: the same layer, a layer below, prose, strings, another crate.
     for text in [
-        "use crate::trigger::Outcome;",
+        "use crate::trigger::Directive;",
         "use crate::{config, exec::ExecOptions};",
         "// see crate::run::engine\n/* crate::cli */ fn f() {}",
         "const S: &str = \"crate::run::x\"; let c = '\"'; let d = crate::task::Task::default();",

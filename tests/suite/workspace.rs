@@ -5,7 +5,7 @@ use std::process::Command;
 
 use super::common::{copy_dir, git};
 use git_agent::workspace::{
-    CommitRequest, Credentials, Provenance, Repo, WorktreeOptions, WorktreeRequest,
+    CommitRequest, Provenance, PushCredentials, Repo, WorktreeOptions, WorktreeRequest,
 };
 
 fn write(dir: &Path, rela: &str, content: &[u8]) {
@@ -717,8 +717,8 @@ fn push_helper_entry() {
         &std::env::var("PUSH_HELPER_REMOTE").unwrap(),
         &[std::env::var("PUSH_HELPER_REF").unwrap()],
         "agent/",
-        Some(&Credentials::Token(
-            std::env::var("PUSH_HELPER_TOKEN").unwrap(),
+        Some(&PushCredentials::Token(
+            std::env::var("PUSH_HELPER_TOKEN").unwrap().into(),
         )),
     )
     .unwrap();
@@ -752,7 +752,7 @@ fn capture_http_auth(repo: &Repo, token: &str) -> String {
             &format!("http://127.0.0.1:{port}/repo.git"),
             &["refs/heads/agent/p".into()],
             "agent/",
-            Some(&Credentials::Token(token.into())),
+            Some(&PushCredentials::Token(token.into())),
         )
         .unwrap_err();
     // The error shows git's words but never the token.

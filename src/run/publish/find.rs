@@ -11,8 +11,8 @@ use super::{Existing, PublishRequest, conversation, forge_err};
 use crate::forge::{CommentTarget, Forge, progress_run_id};
 use crate::model::ResumeState;
 use crate::task::{RepoRef, Task};
-use crate::trigger::Outcome;
-use crate::workspace::{Credentials as GitCredentials, Repo};
+use crate::trigger::Directive;
+use crate::workspace::{PushCredentials, Repo};
 use sha2::{Digest as _, Sha256};
 
 /// The hidden marker carrying a request's key in its progress comment: a hash, so no text
@@ -150,7 +150,7 @@ pub enum Fetch<'a> {
     Present,
     /// Fetch the task's base branch (and the PR branch it continues, as `origin/<branch>`)
     /// from the remote first, with these credentials (the bot's bare mirror).
-    From(Option<&'a GitCredentials>),
+    From(Option<&'a PushCredentials>),
 }
 
 /// Where a triggered request is resolved: the repository, its forge and remote.
@@ -242,21 +242,21 @@ fn fetch_for(l: &Lookup<'_>, task: &Task) -> Result<()> {
 /// Resolve what the trigger decided into a request to publish: the one place where a run,
 /// `/agent approve [RUN]` and `/agent retry` find the run they start, continue or repeat,
 /// for the Action and the bot alike. The earlier run of the request is looked for once.
-pub async fn resolve(l: &Lookup<'_>, outcome: Outcome) -> Result<Resolved> {
+pub async fn resolve(l: &Lookup<'_>, outcome: Directive) -> Result<Resolved> {
     let ignored = |reason: String| Ok(Resolved::Ignored(reason));
     let prepared = |req, existing| Ok(Resolved::Publish(Box::new(Prepared { req, existing })));
     match outcome {
-        Outcome::Ignored { reason } => ignored(reason),
-        Outcome::Stop(control) => ignored(format!(
+        Directive::Ignored { reason } => ignored(reason),
+        Directive::Stop(control) => ignored(format!(
             "/agent stop on {}#{} stops a running job; there is nothing to publish",
             control.repo, control.number
         )),
-        Outcome::Run(t) => {
+        Directive::Run(t) => {
             fetch_for(l, &t.task)?;
             let existing = find_run(l.repo, l.forge, &t.task, l.remote).await?;
             prepared(PublishRequest::new(t.task, t.react_to, l.remote), existing)
         }
-        Outcome::Approve { control, run } => {
+        Directive::Approve { control, run } => {
             let found = run_in_conversation(
                 l.repo,
                 l.forge,
@@ -288,7 +288,7 @@ pub async fn resolve(l: &Lookup<'_>, outcome: Outcome) -> Result<Resolved> {
             };
             prepared(req, Some(existing))
         }
-        Outcome::Retry(control) => {
+        Directive::Retry(control) => {
             let found = run_in_conversation(
                 l.repo,
                 l.forge,

@@ -9,6 +9,7 @@ use git_agent::forge::github::{Auth, GitHub, GitHubOptions, RetryPolicy};
 use git_agent::forge::{CommentTarget, Error, Forge, Permission, PrRequest, progress_marker};
 use git_agent::task::RepoRef;
 use git_agent::workspace::Repo;
+use secrecy::ExposeSecret as _;
 use serde_json::json;
 
 use super::fake::{Canned, Fake};
@@ -303,7 +304,7 @@ async fn app_auth_mints_caches_and_refreshes_installation_tokens() {
     fake.grant("ada", "admin", "admin");
     let auth = Auth::App {
         app_id: 4242,
-        private_key_pem: private.clone(),
+        private_key_pem: private.clone().into(),
         installation_id: 77,
     };
     let gh = GitHub::new(auth.clone(), options(&fake)).unwrap();
@@ -319,7 +320,7 @@ async fn app_auth_mints_caches_and_refreshes_installation_tokens() {
             .all(|c| c.authorization.as_deref() == Some("Bearer ghs_fake_installation_token_1"))
     );
     assert_eq!(
-        gh.git_token().await.unwrap(),
+        gh.git_token().await.unwrap().expose_secret(),
         "ghs_fake_installation_token_1"
     );
     assert_eq!(fake.world().tokens_minted, 1);

@@ -7,7 +7,7 @@ use git_agent::config::TriggerConfig;
 use git_agent::forge::CommentTarget;
 use git_agent::forge::github::{Auth, GitHub, GitHubOptions};
 use git_agent::task::{Mode, Origin};
-use git_agent::trigger::{Event, Options, Outcome, evaluate, evaluate_bytes};
+use git_agent::trigger::{Directive, Event, Options, evaluate, evaluate_bytes};
 use serde_json::{Value, json};
 
 use super::fake::{Fake, npm_dir};
@@ -74,7 +74,7 @@ async fn world() -> (std::sync::Arc<Fake>, GitHub) {
     (fake, gh)
 }
 
-async fn eval(gh: &GitHub, config: &TriggerConfig, event: &str, payload: &Value) -> Outcome {
+async fn eval(gh: &GitHub, config: &TriggerConfig, event: &str, payload: &Value) -> Directive {
     whole_and_cut(gh, config, &Options::default(), event, payload)
         .await
         .unwrap()
@@ -88,7 +88,7 @@ async fn whole_and_cut(
     options: &Options,
     event: &str,
     payload: &Value,
-) -> git_agent::trigger::Result<Outcome> {
+) -> git_agent::trigger::Result<Directive> {
     let sent = serde_json::to_vec(payload).unwrap();
     let parsed = Event::parse(event, &sent)?;
     let whole = evaluate(gh, config, options, &parsed).await;
@@ -104,9 +104,9 @@ async fn whole_and_cut(
     whole
 }
 
-fn reason(o: &Outcome) -> &str {
+fn reason(o: &Directive) -> &str {
     match o {
-        Outcome::Ignored { reason } => reason,
+        Directive::Ignored { reason } => reason,
         other => panic!("expected Ignored, got {other:?}"),
     }
 }
@@ -227,7 +227,7 @@ async fn trigger_label_starts_a_fix_with_the_permitted_conversation() {
     let (fake, gh) = world().await;
     let mut payload = example("issues", "labeled");
     payload["label"]["name"] = json!("Agent");
-    let Outcome::Run(t) = eval(&gh, &TriggerConfig::default(), "issues", &payload).await else {
+    let Directive::Run(t) = eval(&gh, &TriggerConfig::default(), "issues", &payload).await else {
         panic!("expected a run");
     };
     let task = &t.task;
@@ -284,7 +284,7 @@ async fn comment_commands_on_an_issue() {
     let config = TriggerConfig::default();
     let p = comment_payload("/agent fix the typo\nand the heading", "wes", "User");
     let id = p["comment"]["id"].as_u64().unwrap();
-    let Outcome::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
+    let Directive::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
         panic!("expected a run")
     };
     assert_eq!(
@@ -306,7 +306,7 @@ async fn comment_commands_on_an_issue() {
     );
 
     let p = comment_payload("  /AGENT   Plan  ", "max", "User");
-    let Outcome::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
+    let Directive::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
         panic!("expected a run")
     };
     assert_eq!(t.task.mode, Mode::Plan);
@@ -319,7 +319,7 @@ async fn comment_commands_on_an_issue() {
         &comment_payload("/agent stop", "wes", "User"),
     )
     .await;
-    assert!(matches!(&stop, Outcome::Stop(c) if c.number == 1 && c.requested_by.login == "wes"));
+    assert!(matches!(&stop, Directive::Stop(c) if c.number == 1 && c.requested_by.login == "wes"));
     let approve = eval(
         &gh,
         &config,
@@ -327,7 +327,7 @@ async fn comment_commands_on_an_issue() {
         &comment_payload("/agent approve 01JDRUN", "wes", "User"),
     )
     .await;
-    assert!(matches!(&approve, Outcome::Approve { run: Some(r), .. } if r == "01JDRUN"));
+    assert!(matches!(&approve, Directive::Approve { run: Some(r), .. } if r == "01JDRUN"));
     let retry = eval(
         &gh,
         &config,
@@ -335,7 +335,7 @@ async fn comment_commands_on_an_issue() {
         &comment_payload("/agent Retry", "wes", "User"),
     )
     .await;
-    assert!(matches!(retry, Outcome::Retry(_)));
+    assert!(matches!(retry, Directive::Retry(_)));
     for junk in [
         "/agent fixit",
         "/agent plan please",
@@ -349,7 +349,7 @@ async fn comment_commands_on_an_issue() {
             &comment_payload(junk, "wes", "User"),
         )
         .await;
-        assert!(matches!(o, Outcome::Ignored { .. }), "{junk}: {o:?}");
+        assert!(matches!(o, Directive::Ignored { .. }), "{junk}: {o:?}");
     }
     // An edit never becomes a command.
     let mut edited = comment_payload("/agent fix", "wes", "User");
@@ -385,7 +385,7 @@ async fn read_triage_unknown_and_unlisted_bots_are_refused() {
         )
         .await;
         assert!(
-            matches!(o, Outcome::Ignored { .. }),
+            matches!(o, Directive::Ignored { .. }),
             "control commands need permission too"
         );
     }
@@ -422,7 +422,7 @@ async fn read_triage_unknown_and_unlisted_bots_are_refused() {
         &comment_payload("/agent fix", "renovate[bot]", "Bot"),
     )
     .await;
-    assert!(matches!(ok, Outcome::Run(_)), "{ok:?}");
+    assert!(matches!(ok, Directive::Run(_)), "{ok:?}");
     // Stricter configuration: admins only.
     let admins = TriggerConfig {
         permissions: vec!["admin".into()],
@@ -447,7 +447,7 @@ async fn comments_on_pull_requests_continue_or_branch_from_the_pr() {
     p["issue"]["number"] = json!(2);
     p["issue"]["pull_request"] =
         json!({"url": "https://api.github.com/repos/Codertocat/Hello-World/pulls/2"});
-    let Outcome::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
+    let Directive::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
         panic!("expected a run")
     };
     assert!(matches!(
@@ -463,7 +463,7 @@ async fn comments_on_pull_requests_continue_or_branch_from_the_pr() {
 
     // A person's PR: a new agent branch on top of it.
     fake.world().pulls[0]["head"]["ref"] = json!("feature");
-    let Outcome::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
+    let Directive::Run(t) = eval(&gh, &config, "issue_comment", &p).await else {
         panic!("expected a run")
     };
     assert_eq!(t.task.branch, None);
@@ -480,7 +480,7 @@ async fn comments_on_pull_requests_continue_or_branch_from_the_pr() {
     let mut r = example("pull_request_review_comment", "created");
     r["comment"]["body"] = json!("/agent fix use an emoji here");
     let id = r["comment"]["id"].as_u64().unwrap();
-    let Outcome::Run(t) = eval(&gh, &config, "pull_request_review_comment", &r).await else {
+    let Directive::Run(t) = eval(&gh, &config, "pull_request_review_comment", &r).await else {
         panic!("expected a run")
     };
     assert_eq!(t.react_to, Some(CommentTarget::ReviewComment(id)));
@@ -544,7 +544,7 @@ async fn failed_ci_on_an_agent_pr_becomes_a_make_ci_green_task() {
     let p = failed_run("agent/1-spelling");
     let sha = p["workflow_run"]["head_sha"].as_str().unwrap().to_string();
     let out = eval(&gh, &config, "workflow_run", &p).await;
-    let Outcome::Run(t) = out else {
+    let Directive::Run(t) = out else {
         panic!("expected a run, got {out:?}")
     };
     let task = &t.task;
@@ -594,7 +594,7 @@ async fn ci_loop_guard_and_foreign_branches() {
     };
     assert!(matches!(
         eval(&gh, &more, "workflow_run", &failed_run("agent/1-spelling")).await,
-        Outcome::Run(_)
+        Directive::Run(_)
     ));
 
     let o = eval(&gh, &config, "workflow_run", &failed_run("feature")).await;
@@ -617,7 +617,7 @@ async fn ci_loop_guard_and_foreign_branches() {
         .await
         .unwrap();
     match o {
-        Outcome::Run(t) => assert!(matches!(t.task.origin, Origin::CiFailure { number: 3, .. })),
+        Directive::Run(t) => assert!(matches!(t.task.origin, Origin::CiFailure { number: 3, .. })),
         other => panic!("expected a run, got {other:?}"),
     }
     p["sender"]["login"] = json!("rea");
