@@ -489,8 +489,14 @@ impl LocalExecutor {
             let null = std::fs::OpenOptions::new()
                 .write(true)
                 .open("/dev/null")
-                .map_err(|e| unavailable(e.to_string()))?;
-            let (err_r, err_w) = pipe().map_err(|e| unavailable(e.to_string()))?;
+                .map_err(|e| Error::SandboxSetup {
+                    what: "/dev/null for the trial command".into(),
+                    source: e,
+                })?;
+            let (err_r, err_w) = pipe().map_err(|e| Error::SandboxSetup {
+                what: "the trial command's step pipe".into(),
+                source: e,
+            })?;
             let pid = self.spawn_via(&mut sp, &p, null.as_raw_fd(), err_w.as_raw_fd());
             drop(err_w);
             match pid {
@@ -707,7 +713,7 @@ impl LocalExecutor {
                     spawner_mod::STEP_FD,
                     p.setup.proxy_fd().map(|_| spawner_mod::PROXY_FD),
                 )
-                .map_err(|e| SpawnError::Request(std::io::Error::other(e.to_string())))?,
+                .map_err(|e| SpawnError::Request(std::io::Error::other(e)))?,
             ),
             None => None,
         };

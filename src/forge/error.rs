@@ -61,6 +61,9 @@ pub enum Error {
         url: String,
         /// What is wrong with it.
         why: String,
+        /// The parser's error, where it has one.
+        #[source]
+        source: Option<BoxError>,
     },
     /// Pushing the run branch failed.
     #[error("push to {remote}: {source}")]

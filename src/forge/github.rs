@@ -366,16 +366,17 @@ impl GitHub {
     pub fn new(auth: Auth, options: GitHubOptions) -> Result<GitHub> {
         crate::tls::install_provider();
         let base = options.api_base.trim_end_matches('/').to_string();
-        let bad_base = |why: String| Error::BaseUrl {
+        let bad_base = |why: &str, source: Option<super::error::BoxError>| Error::BaseUrl {
             url: options.api_base.clone(),
-            why,
+            why: why.into(),
+            source,
         };
         if !(base.starts_with("https://") || base.starts_with("http://")) {
-            return Err(bad_base("not an http(s) URL".into()));
+            return Err(bad_base("not an http(s) URL", None));
         }
         let builder = Octocrab::builder()
             .base_uri(base.as_str())
-            .map_err(|e| bad_base(e.to_string()))?
+            .map_err(|e| bad_base("not a URI", Some(e.into())))?
             .add_header(
                 http::header::ACCEPT,
                 "application/vnd.github+json".to_string(),

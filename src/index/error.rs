@@ -26,16 +26,24 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A tree-sitter query of ours did not compile against its grammar (a bug in this module).
-    #[error("tree-sitter query for {language} does not compile: {message}")]
+    #[error("tree-sitter query for {language} does not compile")]
     Query {
         /// The language.
         language: &'static str,
-        /// tree-sitter's message.
-        message: String,
+        /// tree-sitter's error.
+        source: std::sync::Arc<tree_sitter::QueryError>,
+    },
+    /// A grammar of ours does not load into tree-sitter (a version mismatch; a bug here).
+    #[error("tree-sitter grammar for {language} does not load")]
+    Grammar {
+        /// The language.
+        language: &'static str,
+        /// tree-sitter's error.
+        source: tree_sitter::LanguageError,
     },
     /// The tokenizer used to count repo-map tokens could not be loaded.
-    #[error("loading the tokenizer: {0}")]
-    Tokenizer(String),
+    #[error("loading the tokenizer")]
+    Tokenizer(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A repository without a work tree was asked for its work tree.
     #[error("repository {0} has no work tree; index a commit instead")]
     NoWorktree(PathBuf),

@@ -172,7 +172,8 @@ struct Compiled {
 /// Compiled queries, one per language, compiled on first use and shared by worker threads.
 #[derive(Default)]
 pub struct Extractor {
-    compiled: [OnceLock<std::result::Result<Compiled, String>>; 10],
+    compiled:
+        [OnceLock<std::result::Result<Compiled, std::sync::Arc<tree_sitter::QueryError>>>; 10],
 }
 
 /// One worker's tree-sitter parsers (a parser is not shareable between threads).
@@ -187,9 +188,9 @@ impl std::fmt::Debug for Extractor {
     }
 }
 
-fn compile(lang: Lang) -> std::result::Result<Compiled, String> {
+fn compile(lang: Lang) -> std::result::Result<Compiled, tree_sitter::QueryError> {
     let (language, source) = grammar(lang);
-    let query = Query::new(&language, &source).map_err(|e| e.to_string())?;
+    let query = Query::new(&language, &source)?;
     let roles = query
         .capture_names()
         .iter()
@@ -291,11 +292,11 @@ impl Extractor {
 
     fn compiled(&self, lang: Lang) -> Result<&Compiled> {
         let slot = &self.compiled[usize::from(lang.tag() - 1)];
-        slot.get_or_init(|| compile(lang))
+        slot.get_or_init(|| compile(lang).map_err(std::sync::Arc::new))
             .as_ref()
-            .map_err(|message| Error::Query {
+            .map_err(|e| Error::Query {
                 language: lang.name(),
-                message: message.clone(),
+                source: e.clone(),
             })
     }
 
@@ -339,9 +340,9 @@ impl Extractor {
             std::collections::hash_map::Entry::Vacant(v) => {
                 let mut p = Parser::new();
                 p.set_language(&compiled.language)
-                    .map_err(|e| Error::Query {
+                    .map_err(|e| Error::Grammar {
                         language: lang.name(),
-                        message: e.to_string(),
+                        source: e,
                     })?;
                 v.insert(p)
             }

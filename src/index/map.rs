@@ -23,7 +23,7 @@ impl std::fmt::Debug for TokenCounter {
 impl TokenCounter {
     /// Load the `cl100k_base` encoding.
     pub fn new() -> Result<Self> {
-        let bpe = tiktoken_rs::cl100k_base().map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let bpe = tiktoken_rs::cl100k_base().map_err(|e| Error::Tokenizer(e.into()))?;
         Ok(Self { bpe })
     }
 

@@ -190,7 +190,7 @@ async fn ensure_in(
             });
         }
     };
-    let key = plan.key(root).map_err(|e| Error::Invalid(e.to_string()))?;
+    let key = plan.key(root)?;
     let private = matches!(scope, Scope::Run { .. });
     let (parent, dir) = if private {
         let parent = private_root(&state_dir(led)?, &led.rec.run_id);

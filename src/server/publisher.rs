@@ -46,11 +46,6 @@ impl EnginePublisher {
     }
 }
 
-/// Why a job could not be carried out, for the worker's log and the job's record.
-fn failed(job: &str) -> impl Fn(String) -> Error + '_ {
-    move |what| Error::runner(job, what)
-}
-
 #[async_trait]
 impl Publisher for EnginePublisher {
     async fn publish(
@@ -67,6 +62,7 @@ impl Publisher for EnginePublisher {
         let (tx, rx) = tokio::sync::oneshot::channel();
         // The engine's future is not Send (a repository handle is not Sync): it gets a thread
         // and a current-thread runtime of its own.
+        let job = what.clone();
         std::thread::spawn(move || {
             let result = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -82,18 +78,27 @@ impl Publisher for EnginePublisher {
                             std::future::pending::<()>().await;
                         }
                     };
+                    let run = Run {
+                        job: &job,
+                        state: &state,
+                        secrets,
+                        repo_ref: &repo,
+                    };
                     tokio::select! {
-                        r = run_and_publish(&state, secrets, &repo, outcome, target, stop.clone()) => r,
-                        () = dropped => Err("cancelled".to_string()),
+                        r = run.publish(outcome, target, stop.clone()) => r,
+                        () = dropped => Err(Error::runner(&job, "cancelled")),
                     }
                 }),
-                Err(e) => Err(format!("cannot start a runtime for the run: {e}")),
+                Err(e) => Err(Error::runner_by(
+                    &job,
+                    "cannot start a runtime for the run",
+                    e,
+                )),
             };
             let _ = tx.send(result);
         });
-        let fail = failed(&what);
-        let result = rx.await.map_err(|_| fail("the run's thread died".into()))?;
-        result.map_err(fail)
+        rx.await
+            .map_err(|_| Error::runner(&what, "the run's thread died"))?
     }
 }
 
@@ -108,17 +113,17 @@ fn job_name(repo: &RepoRef, outcome: &Directive) -> String {
     }
 }
 
-/// The bare mirror of `repo_ref` under `mirrors`, created on first use.
-fn mirror(mirrors: &Path, repo_ref: &RepoRef) -> std::result::Result<Repo, String> {
+/// The bare mirror of `repo_ref` under `mirrors`, created on first use; errors are `job`'s.
+fn mirror(job: &str, mirrors: &Path, repo_ref: &RepoRef) -> Result<Repo> {
     let dir = mirrors
         .join(&repo_ref.owner)
         .join(format!("{}.git", repo_ref.name));
+    let failed = |what: &str| format!("cannot {what} the mirror {}", dir.display());
     if !dir.exists() {
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        gix::init_bare(&dir).map_err(|e| format!("cannot init {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(|e| Error::runner_by(job, failed("create"), e))?;
+        gix::init_bare(&dir).map_err(|e| Error::runner_by(job, failed("init"), e))?;
     }
-    Repo::open(&dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))
+    Repo::open(&dir).map_err(|e| Error::runner_by(job, failed("open"), e))
 }
 
 fn summary(p: &Published) -> RunSummary {
@@ -133,49 +138,84 @@ fn summary(p: &Published) -> RunSummary {
     }
 }
 
-/// Resolve, build the services from the layered configuration of the task's base branch
-/// (the models of the run it continues), and publish. Errors are flattened to their text
-/// with every cause (`{:#}`-style) for the job's record.
-async fn run_and_publish(
-    state: &Path,
+/// One job's run, as the publisher's thread carries it out.
+struct Run<'a> {
+    /// The job's name, for its errors.
+    job: &'a str,
+    state: &'a Path,
     secrets: Vec<Secret>,
-    repo_ref: &RepoRef,
-    outcome: Directive,
-    target: Target,
-    stop: CancellationToken,
-) -> std::result::Result<JobOutcome, String> {
-    let text = |e: crate::run::Error| super::error::chain(&e);
-    let forge = target.forge.as_ref();
-    let repo = mirror(&state.join("repos"), repo_ref)?;
-    let creds = target
-        .git_token
-        .as_ref()
-        .cloned()
-        .map(PushCredentials::Token);
-    let lookup = Lookup {
-        repo: &repo,
-        forge,
-        remote: &target.remote,
-        fetch: Fetch::From(creds.as_ref()),
-    };
-    let mut prepared = match publish::resolve(&lookup, outcome).await.map_err(text)? {
-        Resolved::Ignored(reason) => return Ok(JobOutcome::Ignored { reason }),
-        Resolved::Publish(p) => *p,
-    };
-    let cfg = services::load_config(Some((&repo, &prepared.req.task.base)), None, Vec::new())
-        .map_err(text)?;
-    let models = prepared.models(Vec::new());
-    let mut opts = services::Options::traced(models.clone());
-    opts.state_dir = Some(state.to_path_buf());
-    opts.secrets = secrets;
-    opts.resume = prepared.resume_state();
-    let mut svc = services::build(repo, cfg, opts).map_err(text)?;
-    // Several workers share a mirror: each run checks out its own worktree.
-    svc.warm_pool = false;
-    prepared.req.start.model_flags = models;
-    prepared.req.stop = Some(stop);
-    let published = publish::publish_prepared(&svc, forge, prepared)
-        .await
-        .map_err(text)?;
-    Ok(JobOutcome::Ran(summary(&published)))
+    repo_ref: &'a RepoRef,
+}
+
+impl Run<'_> {
+    /// Resolve, build the services from the layered configuration of the task's base branch
+    /// (the models of the run it continues), and publish. Each error says which step failed
+    /// and keeps its cause, whose chain goes into the job's record.
+    async fn publish(
+        self,
+        outcome: Directive,
+        target: Target,
+        stop: CancellationToken,
+    ) -> Result<JobOutcome> {
+        let job = self.job;
+        let failed =
+            |what: &'static str| move |e: crate::run::Error| Error::runner_by(job, what, e);
+        let forge = target.forge.as_ref();
+        let repo = mirror(job, &self.state.join("repos"), self.repo_ref)?;
+        let creds = target.git_token.clone().map(PushCredentials::Token);
+        let lookup = Lookup {
+            repo: &repo,
+            forge,
+            remote: &target.remote,
+            fetch: Fetch::From(creds.as_ref()),
+        };
+        let resolved = publish::resolve(&lookup, outcome).await;
+        let mut prepared = match resolved.map_err(failed("cannot resolve the request"))? {
+            Resolved::Ignored(reason) => return Ok(JobOutcome::Ignored { reason }),
+            Resolved::Publish(p) => *p,
+        };
+        let base = Some((&repo, prepared.req.task.base.as_str()));
+        let cfg = services::load_config(base, None, Vec::new())
+            .map_err(failed("cannot load the configuration"))?;
+        let models = prepared.models(Vec::new());
+        let mut opts = services::Options::traced(models.clone());
+        opts.state_dir = Some(self.state.to_path_buf());
+        opts.secrets = self.secrets;
+        opts.resume = prepared.resume_state();
+        let mut svc = services::build(repo, cfg, opts).map_err(failed("cannot set the run up"))?;
+        // Several workers share a mirror: each run checks out its own worktree.
+        svc.warm_pool = false;
+        prepared.req.start.model_flags = models;
+        prepared.req.stop = Some(stop);
+        let published = publish::publish_prepared(&svc, forge, prepared)
+            .await
+            .map_err(failed("the run failed"))?;
+        Ok(JobOutcome::Ran(summary(&published)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job that fails keeps its cause: the record says which step failed and why.
+    #[test]
+    fn a_mirror_that_cannot_be_made_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        let repo = RepoRef {
+            owner: "o".into(),
+            name: "r".into(),
+        };
+        let e = mirror("o/r#4", &file, &repo).map(|_| ()).unwrap_err();
+        let text = super::super::error::chain(&e);
+        assert!(
+            text.starts_with("job o/r#4: cannot create the mirror "),
+            "{text}"
+        );
+        let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert!(io.is_some(), "{e:?}");
+        assert!(text.ends_with(&io.unwrap().to_string()), "{text}");
+    }
 }

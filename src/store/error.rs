@@ -69,6 +69,9 @@ pub enum Error {
         job: String,
         /// What is wrong with it.
         message: String,
+        /// The decompressor's error, where it has one.
+        #[source]
+        source: Option<lz4_flex::block::DecompressError>,
     },
     /// A row held a value this version does not know.
     #[error("job {job}: unknown state {state:?}")]

@@ -356,6 +356,7 @@ pub(crate) fn unpack_payload(job: &str, stored: Vec<u8>) -> Result<Vec<u8>> {
     let corrupt = |message: String| Error::CorruptPayload {
         job: job.to_string(),
         message,
+        source: None,
     };
     let size = packed
         .first_chunk::<4>()
@@ -364,7 +365,11 @@ pub(crate) fn unpack_payload(job: &str, stored: Vec<u8>) -> Result<Vec<u8>> {
     if size > MAX_UNPACKED {
         return Err(corrupt(format!("claims {size} bytes")));
     }
-    lz4_flex::decompress_size_prepended(packed).map_err(|e| corrupt(e.to_string()))
+    lz4_flex::decompress_size_prepended(packed).map_err(|e| Error::CorruptPayload {
+        job: job.to_string(),
+        message: "it does not decompress".into(),
+        source: Some(e),
+    })
 }
 
 fn state_of(job: &str, s: &str) -> Result<JobState> {
