@@ -95,7 +95,7 @@ fn keep_authored(led: &Ledger<'_>, wt: &Worktree, path: &str, fp: &str) -> bool 
     if to.exists() {
         return true;
     }
-    let Some(bytes) = super::checkpoint::current_content(wt.path(), path) else {
+    let Some(bytes) = current_content(wt.path(), path) else {
         return false;
     };
     to.parent()
@@ -184,6 +184,19 @@ pub(super) fn exclude_test_outputs(led: &mut Ledger<'_>, bench: &Workbench) -> R
         led.rec.attribution.insert(path, writer);
     }
     Ok(only_tests)
+}
+
+/// A path's content in the work tree as git would store it (a link's target for a symbolic
+/// link); `None` when it is gone.
+pub(super) fn current_content(root: &std::path::Path, rela: &str) -> Option<Vec<u8>> {
+    let full = root.join(rela);
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    if meta.file_type().is_symlink() {
+        return std::fs::read_link(&full)
+            .ok()
+            .map(|t| t.to_string_lossy().into_owned().into_bytes());
+    }
+    std::fs::read(&full).ok()
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ pub(super) fn gate(led: &mut Ledger<'_>, bench: &Workbench) -> Result<Gated> {
             refused.push((path, why));
             continue;
         }
-        let new = current_content(wt.path(), &path);
+        let new = super::attribution::current_content(wt.path(), &path);
         // What a person approves: the content, and for a link what it leads to as well, so
         // editing the link's target afterwards needs a new approval.
         let approved = approval_fingerprint(wt.path(), &path);
@@ -181,19 +181,6 @@ fn unapproved(
     let subject = lines.join("; ");
     let approved = led.rec.approvals.iter().any(|a| a.approves(tool, &subject));
     (!approved).then(|| Approval::pending(tool, &subject, RiskTier::High, rules))
-}
-
-/// A path's content in the work tree as git would store it (a link's target for a symbolic
-/// link); `None` when it is gone.
-pub(super) fn current_content(root: &std::path::Path, rela: &str) -> Option<Vec<u8>> {
-    let full = root.join(rela);
-    let meta = std::fs::symlink_metadata(&full).ok()?;
-    if meta.file_type().is_symlink() {
-        return std::fs::read_link(&full)
-            .ok()
-            .map(|t| t.to_string_lossy().into_owned().into_bytes());
-    }
-    std::fs::read(&full).ok()
 }
 
 /// What an approval of `rela` covers: its content, and for a symbolic link its target and

@@ -116,33 +116,11 @@ pub(super) fn remove_base_build(led: &Ledger<'_>) {
 
 /// Whether the project or the front door puts cargo's build somewhere other than `target/`.
 fn moves_its_build(led: &Ledger<'_>) -> Result<bool> {
-    cargo_setting_given(
+    super::verification::cargo_setting_given(
         led,
         &["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR"],
         "target-dir",
     )
-}
-
-/// Whether a cargo setting is given outside what the run controls: one of `vars` in the
-/// front door's or the environment's variables, or `key` in the base's `.cargo/config`.
-pub(super) fn cargo_setting_given(led: &Ledger<'_>, vars: &[&str], key: &str) -> Result<bool> {
-    let setup_env = led
-        .rec
-        .setup
-        .as_ref()
-        .map(|s| s.env.as_slice())
-        .unwrap_or(&[]);
-    let given = |env: &[(String, String)]| env.iter().any(|(k, _)| vars.contains(&k.as_str()));
-    if given(&led.svc.exec_options.env) || given(setup_env) {
-        return Ok(true);
-    }
-    for config in [".cargo/config.toml", ".cargo/config"] {
-        let text = led.svc.repo.read_file_at(&led.rec.base_sha, config)?;
-        if text.is_some_and(|t| String::from_utf8_lossy(&t).contains(key)) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// Give the clean checkout of `commit` at `root` the base's build, with every file the same

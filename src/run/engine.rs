@@ -6,7 +6,6 @@
 //! call and tool dispatch), verification, checkpoints and the reviewer.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde_json::json;
 
@@ -21,76 +20,17 @@ use super::tools::{HarnessTool, Toolset};
 use super::turn::{self, Dispatched};
 use super::verification::{self, Check};
 use super::{checkpoint, prompt, review};
-use crate::audit::Redacted;
 use crate::audit::chain::Kind;
-use crate::audit::redact::Redactor;
-use crate::config::Config;
-use crate::exec::ExecOptions;
 use crate::failpoint::failpoint;
-use crate::model::{self, Message, Role, Router, ToolCall};
+use crate::model::{self, Message, Role, ToolCall};
 use crate::task::{Mode, Task, strip_hidden_text};
 use crate::verify;
-use crate::workspace::Repo;
 
 /// Replies without a tool call tolerated in a row before the run stops.
 const MAX_IDLE_REPLIES: u32 = 3;
 
-/// Progress of a run, for a person watching.
-#[derive(Debug, Clone)]
-pub enum RunEvent {
-    /// The run moved to a state.
-    State(RunState),
-    /// A model call started.
-    Turn {
-        /// The role asked.
-        role: Role,
-        /// Calls so far in this run.
-        n: u32,
-    },
-    /// A tool ran.
-    Tool {
-        /// Its name.
-        name: String,
-        /// A short description (path, command), redacted: a model may put a secret in a
-        /// command line, and progress reaches a terminal or a CI log.
-        detail: Redacted,
-    },
-    /// A verification run finished.
-    Verified {
-        /// `before`, `attempt N`.
-        when: String,
-        /// Its one-line result, redacted (it names tests from the project's output).
-        result: Redacted,
-    },
-    /// The project's environment was set up (or found in the cache).
-    Setup {
-        /// One line: cached or how long it took, or why it failed; redacted.
-        result: Redacted,
-    },
-    /// Money spent so far.
-    Spend {
-        /// USD.
-        usd: f64,
-    },
-}
-
-/// Everything a run needs from its front door.
-pub struct Services {
-    /// The resolved configuration.
-    pub config: Config,
-    /// The repository (main worktree or bare).
-    pub repo: Repo,
-    /// Models by role.
-    pub router: Arc<Router>,
-    /// Masks secrets in everything that leaves the process.
-    pub redactor: Arc<Redactor>,
-    /// Where progress goes.
-    pub progress: Arc<dyn Fn(&RunEvent) + Send + Sync>,
-    /// How commands run (sandbox, network, limits).
-    pub exec_options: ExecOptions,
-    /// Reuse pooled worktrees, and hand a run's worktree to the pool when it ends.
-    pub warm_pool: bool,
-}
+pub use super::record::Outcome;
+pub use super::services::{RunEvent, Services};
 
 /// How to start a run.
 #[derive(Debug, Clone, Default)]
@@ -106,15 +46,6 @@ pub struct StartOptions {
     /// The run id to use (a fresh ULID when `None`): a front door that announces the run
     /// before it starts (a progress comment) picks the id first.
     pub run_id: Option<String>,
-}
-
-/// What a run ended (or paused) with.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// The record as last saved.
-    pub record: RunRecord,
-    /// The run directory.
-    pub run_dir: PathBuf,
 }
 
 fn slug(text: &str) -> String {

@@ -16,11 +16,12 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::json;
 
 use super::error::{Error, Result};
+use super::in_use::{Hold, hold};
 use super::ledger::Ledger;
 use super::record::{SetupRecord, SetupRun};
 use crate::audit::chain::Kind;
 use crate::config::{NetworkMode, SandboxMode, SetupConfig};
-use crate::exec::{ExecOptions, ExecOutput, ExecRequest, Executor, LocalExecutor};
+use crate::exec::{ExecOutput, ExecRequest, Executor, LocalExecutor};
 use crate::verify::{self, SETUP_ENV_VAR, SetupPlan, TestCommand};
 
 /// What set-up came to.
@@ -39,25 +40,6 @@ pub(super) enum Prepared {
         /// The commands set-up ran or would have run.
         commands: Vec<String>,
     },
-}
-
-/// A run's claim on a shared cache entry: a shared lock on `<entry>.use`, held while the run
-/// uses the entry. Eviction needs that lock exclusively, so it never removes an entry a run
-/// holds (issue 38). Dropped with the run's workbench.
-#[derive(Debug)]
-pub(super) struct Hold(#[allow(dead_code)] std::fs::File);
-
-/// Hold the shared cache entry `dir`; `None` when the lock cannot be had (an eviction is
-/// removing it).
-pub(super) fn hold(dir: &Path) -> Option<Hold> {
-    let f = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.with_extension("use"))
-        .ok()?;
-    f.try_lock_shared().ok()?;
-    Some(Hold(f))
 }
 
 /// The directory holding every cache entry of this repository.
@@ -103,7 +85,7 @@ pub fn gc_private(state: &Path, ended: &dyn Fn(&str) -> bool) -> Vec<(PathBuf, u
 }
 
 /// Remove the run's private set-ups (it ended: nothing will use them again).
-pub(super) fn remove_private(svc: &super::engine::Services, run_id: &str) {
+pub(super) fn remove_private(svc: &super::services::Services, run_id: &str) {
     let Some(state) = svc.repo.state_dir() else {
         return;
     };
@@ -440,7 +422,7 @@ async fn run_commands(
                 Vec::new(),
             )));
         }
-        led.progress(super::engine::RunEvent::Setup {
+        led.progress(super::services::RunEvent::Setup {
             result: svc.redactor.clean(&format!("running `{command}`")),
         });
         let out = exec
@@ -810,7 +792,7 @@ pub(super) async fn refresh(
             ));
             led.save()?;
             bench.use_environment(led)?;
-            led.progress(super::engine::RunEvent::Setup {
+            led.progress(super::services::RunEvent::Setup {
                 result: led.svc.redactor.clean(&line),
             });
         }
@@ -918,25 +900,6 @@ pub(super) fn setup_inputs(
             Some((p.clone(), why))
         })
         .collect()
-}
-
-/// The executor options of a run's commands with its set-up in force: the entry bound
-/// read-only, its outputs bound into the worktree, its `PATH` and variables.
-pub(super) fn exec_options(base: &ExecOptions, setup: Option<&SetupRecord>) -> ExecOptions {
-    let mut opts = base.clone();
-    if let Some(s) = setup {
-        opts.bind.push(s.dir.clone());
-        for o in &s.outputs {
-            opts.project_binds.push(crate::exec::ProjectBind {
-                base: s.dir.clone(),
-                src: Path::new("outputs").join(o),
-                dest: o.clone(),
-            });
-        }
-        opts.env.extend(s.env.iter().cloned());
-        opts.path_prefix.extend(s.path.iter().cloned());
-    }
-    opts
 }
 
 /// For a Python project: ask the run's interpreter where each of the project's packages

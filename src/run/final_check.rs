@@ -24,59 +24,17 @@ use super::error::Result;
 use super::ledger::Ledger;
 use super::report::{Integrity, TestFileChange};
 use super::setup::Workbench;
+use super::verdict::{Change, CleanRun, Verdict};
 use super::verification::{Check, quoted, run_tests};
 use super::{attribution, checkpoint};
 use crate::policy::{Approval, runner_change};
-use crate::verify::{self, Observation, TestCommand};
+use crate::verify::{self, TestCommand};
 use crate::workspace::{ChangedBlob, FileStatus};
-
-/// The final verification's verdict.
-#[derive(Debug)]
-pub(super) struct Verdict {
-    /// Whether every stage passed: the change is verified.
-    pub(super) passed: bool,
-    /// What the model is told when it did not (every stage's say, in order).
-    pub(super) feedback: String,
-    /// A change waits for a person's approval (the run pauses; approved, the check runs again).
-    pub(super) pending: Option<Approval>,
-}
-
-impl Verdict {
-    pub(super) fn failed(feedback: String) -> Self {
-        Self {
-            passed: false,
-            feedback,
-            pending: None,
-        }
-    }
-
-    fn pending(approval: Approval) -> Self {
-        Self {
-            passed: false,
-            feedback: String::new(),
-            pending: Some(approval),
-        }
-    }
-}
-
-/// What the run changed against the base, as every step sees it.
-pub(super) struct Change {
-    pub(super) base: gix::ObjectId,
-    pub(super) snapshot: gix::ObjectId,
-    pub(super) blobs: Vec<ChangedBlob>,
-    pub(super) paths: Vec<String>,
-}
 
 /// The worktree's test run, as the verdict needs it.
 struct WorkingTree {
     passed: bool,
     feedback: String,
-}
-
-/// What the clean checkout leaves for the reproduction step.
-pub(super) struct CleanRun {
-    pub(super) obs: Observation,
-    pub(super) took: Duration,
 }
 
 /// The final verification of fix attempt `attempt`, step by step (see the module's text).

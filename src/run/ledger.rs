@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::engine::{Outcome, RunEvent, Services};
+use super::record::Outcome;
+use super::services::{RunEvent, Services};
 
 /// How the report's note on files left uncommitted begins.
 pub(super) const NOT_COMMITTED: &str = "Not committed (unverified): ";

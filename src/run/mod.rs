@@ -50,6 +50,7 @@ mod final_check;
 #[cfg(test)]
 mod fixture;
 mod gate;
+mod in_use;
 mod ledger;
 mod preexisting;
 mod prompt;
@@ -63,6 +64,7 @@ mod setup;
 pub mod state;
 mod tools;
 mod turn;
+mod verdict;
 mod verification;
 
 pub use environment::gc_private as gc_private_setups;

@@ -58,6 +58,15 @@ pub enum PrRef {
     Path(PathBuf),
 }
 
+/// What a run ended (or paused) with.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The record as last saved.
+    pub record: RunRecord,
+    /// The run directory.
+    pub run_dir: PathBuf,
+}
+
 /// The durable state of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {

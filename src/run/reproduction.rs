@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::clean_checkout::{Checkouts, on_base_limit, run_clean};
 use super::error::Result;
-use super::final_check::{Change, CleanRun, Verdict};
 use super::ledger::Ledger;
 use super::preexisting::test_file_of;
 use super::report::Integrity;
+use super::verdict::{Change, CleanRun, Verdict};
 use super::verification::{Check, quoted};
 use crate::config::Reproduce;
 use crate::verify::{self, Observation};

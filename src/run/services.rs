@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::engine::{RunEvent, Services};
 use super::error::{Error, Result};
+use super::state::RunState;
+use crate::audit::Redacted;
 use crate::audit::redact::Redactor;
 use crate::config::{self, Config, Layer, Source};
 use crate::exec::{ExecOptions, Secret};
@@ -15,6 +16,63 @@ use crate::workspace::Repo;
 
 /// Path of the repository's config file inside its tree.
 pub const REPO_CONFIG_PATH: &str = ".github/agent.toml";
+
+/// Progress of a run, for a person watching.
+#[derive(Debug, Clone)]
+pub enum RunEvent {
+    /// The run moved to a state.
+    State(RunState),
+    /// A model call started.
+    Turn {
+        /// The role asked.
+        role: Role,
+        /// Calls so far in this run.
+        n: u32,
+    },
+    /// A tool ran.
+    Tool {
+        /// Its name.
+        name: String,
+        /// A short description (path, command), redacted: a model may put a secret in a
+        /// command line, and progress reaches a terminal or a CI log.
+        detail: Redacted,
+    },
+    /// A verification run finished.
+    Verified {
+        /// `before`, `attempt N`.
+        when: String,
+        /// Its one-line result, redacted (it names tests from the project's output).
+        result: Redacted,
+    },
+    /// The project's environment was set up (or found in the cache).
+    Setup {
+        /// One line: cached or how long it took, or why it failed; redacted.
+        result: Redacted,
+    },
+    /// Money spent so far.
+    Spend {
+        /// USD.
+        usd: f64,
+    },
+}
+
+/// Everything a run needs from its front door.
+pub struct Services {
+    /// The resolved configuration.
+    pub config: Config,
+    /// The repository (main worktree or bare).
+    pub repo: Repo,
+    /// Models by role.
+    pub router: Arc<Router>,
+    /// Masks secrets in everything that leaves the process.
+    pub redactor: Arc<Redactor>,
+    /// Where progress goes.
+    pub progress: Arc<dyn Fn(&RunEvent) + Send + Sync>,
+    /// How commands run (sandbox, network, limits).
+    pub exec_options: ExecOptions,
+    /// Reuse pooled worktrees, and hand a run's worktree to the pool when it ends.
+    pub warm_pool: bool,
+}
 
 /// Where a run's progress events go.
 pub type ProgressSink = Arc<dyn Fn(&RunEvent) + Send + Sync>;

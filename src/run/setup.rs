@@ -36,7 +36,7 @@ pub(super) struct Workbench {
     switch: Arc<Switch>,
     /// The run's claims on the shared set-up entries it uses: no eviction removes them
     /// while the workbench lives (issue 38).
-    holds: std::sync::Mutex<Vec<super::environment::Hold>>,
+    holds: std::sync::Mutex<Vec<super::in_use::Hold>>,
 }
 
 impl Workbench {
@@ -109,7 +109,7 @@ impl Workbench {
             .rec
             .setup
             .as_ref()
-            .and_then(|s| super::environment::hold(&s.dir))
+            .and_then(|s| super::in_use::hold(&s.dir))
             .into_iter()
             .collect();
         Ok(Self {
@@ -123,7 +123,7 @@ impl Workbench {
     }
 
     /// Keep `hold` for as long as the workbench lives.
-    pub(super) fn keep(&self, hold: Option<super::environment::Hold>) {
+    pub(super) fn keep(&self, hold: Option<super::in_use::Hold>) {
         if let (Some(h), Ok(mut holds)) = (hold, self.holds.lock()) {
             holds.push(h);
         }
@@ -171,7 +171,7 @@ fn exec_options(led: &Ledger<'_>) -> ExecOptions {
 /// code needs forced (`RunRecord::forced_warn_lints`): what every test command of the run
 /// gets, in the worktree or a clean checkout.
 fn options_with(led: &Ledger<'_>, setup: Option<&super::record::SetupRecord>) -> ExecOptions {
-    let mut opts = super::environment::exec_options(&led.svc.exec_options, setup);
+    let mut opts = super::in_use::exec_options(&led.svc.exec_options, setup);
     opts.env.extend(forced_lints_env(led));
     opts
 }
@@ -228,7 +228,7 @@ impl Executor for Switch {
 
 /// Every command of the run, tests included, ends by the run's deadline.
 pub(super) fn bounded(
-    svc: &super::engine::Services,
+    svc: &super::services::Services,
     local: Arc<LocalExecutor>,
 ) -> Arc<dyn Executor> {
     Arc::new(Bounded::new(

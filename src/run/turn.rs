@@ -9,10 +9,10 @@
 use serde_json::json;
 use tracing::Instrument as _;
 
-use super::engine::RunEvent;
 use super::error::{Error, Result};
 use super::ledger::Ledger;
 use super::record::{PendingApproval, first_line};
+use super::services::RunEvent;
 use super::setup::Workbench;
 use super::state::RunState;
 use crate::audit::chain::Kind;

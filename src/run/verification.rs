@@ -15,11 +15,11 @@ use tracing::Instrument as _;
 use std::path::Path;
 
 use super::attribution;
-use super::engine::RunEvent;
 use super::error::Result;
 use super::ledger::Ledger;
 use super::preexisting::{Evidence, planned_test, requested, unrelated};
 use super::report::VerifyLine;
+use super::services::RunEvent;
 use super::setup::Workbench;
 use crate::audit::chain::Kind;
 use crate::config::Preexisting;
@@ -215,7 +215,7 @@ pub(super) fn lints_to_force(
         "RUSTDOCFLAGS",
         "CARGO_BUILD_RUSTFLAGS",
     ];
-    if super::clean_checkout::cargo_setting_given(led, &flags, "rustflags")? {
+    if cargo_setting_given(led, &flags, "rustflags")? {
         return Ok(None);
     }
     Ok(Some(new))
@@ -482,6 +482,28 @@ pub(super) fn quoted(names: &[String]) -> String {
         out.push(format!("{} more", names.len() - 5));
     }
     out.join(", ")
+}
+
+/// Whether a cargo setting is given outside what the run controls: one of `vars` in the
+/// front door's or the environment's variables, or `key` in the base's `.cargo/config`.
+pub(super) fn cargo_setting_given(led: &Ledger<'_>, vars: &[&str], key: &str) -> Result<bool> {
+    let setup_env = led
+        .rec
+        .setup
+        .as_ref()
+        .map(|s| s.env.as_slice())
+        .unwrap_or(&[]);
+    let given = |env: &[(String, String)]| env.iter().any(|(k, _)| vars.contains(&k.as_str()));
+    if given(&led.svc.exec_options.env) || given(setup_env) {
+        return Ok(true);
+    }
+    for config in [".cargo/config.toml", ".cargo/config"] {
+        let text = led.svc.repo.read_file_at(&led.rec.base_sha, config)?;
+        if text.is_some_and(|t| String::from_utf8_lossy(&t).contains(key)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The run's progress comment: what it shows at each state, and writing it over in place.
 
-use super::super::engine::Services;
 use super::super::record::RunRecord;
+use super::super::services::Services;
 use super::super::state::RunState;
 use super::key_marker;
 use crate::forge::Forge;
