@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::helper::Mount;
 use super::local::{build_view, command_mounts};
 use super::sandbox::{Mechanism, SandboxReport};
+use super::view::Mount;
 use super::{ExecOptions, LocalExecutor};
 
 /// One entry of a command's view.

@@ -4,10 +4,8 @@
 //! Everything between `fork` and `exec` in the agent is restricted to async-signal-safe system
 //! calls (the agent is multithreaded; one allocation there can deadlock). The helper is a new
 //! process image instead, single-threaded, so the namespace and mount set-up is ordinary Rust.
-//! It is reached through an `.init_array` hook that every binary linking this library carries
-//! (the agent, `bench-exec`, test harnesses): when `argv[1]` is [`HELPER_ARG`], the hook runs
-//! the helper and exits before `main` (and likewise the command spawner for
-//! [`super::spawner::SPAWNER_ARG`]); any other process returns from the hook at once.
+//! It is reached through the `.init_array` hook ([`super::hook`]) when `argv[1]` is
+//! [`HELPER_ARG`], or run in the spawner's forked child ([`run_in_process`]).
 //!
 //! What the helper does, in order:
 //!
@@ -37,10 +35,10 @@ use std::ffi::{CStr, CString, OsString, c_char, c_int};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use super::view::Mount;
 use crate::config::NetworkMode;
 
 /// `argv[1]` that makes a binary linking this library act as the sandbox helper.
@@ -48,44 +46,6 @@ pub(crate) const HELPER_ARG: &str = "__git-agent-sandbox";
 
 /// Exit code of the helper when the sandbox could not be set up (the step descriptor says why).
 pub(crate) const SETUP_FAILED: i32 = 125;
-
-/// Set by the hook in every process that carries it.
-static HOOK_RAN: AtomicBool = AtomicBool::new(false);
-
-/// glibc calls `.init_array` entries of the executable with `argc`, `argv` and `envp`.
-type InitFn = extern "C" fn(c_int, *const *const c_char, *const *const c_char);
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static HOOK: InitFn = hook;
-
-extern "C" fn hook(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    HOOK_RAN.store(true, Ordering::Relaxed);
-    if argc < 2 || argv.is_null() {
-        return;
-    }
-    // SAFETY: glibc passes the process's own argc/argv, valid NUL-terminated strings.
-    let args: Vec<Vec<u8>> = unsafe {
-        let first = *argv.add(1);
-        if first.is_null() {
-            return;
-        }
-        let first = CStr::from_ptr(first).to_bytes();
-        if first == super::spawner::SPAWNER_ARG.as_bytes() {
-            // The command spawner, exec'd once per spawner by the executor.
-            libc::_exit(super::spawner::main());
-        }
-        if first != HELPER_ARG.as_bytes() {
-            return;
-        }
-        (0..argc as usize)
-            .map(|i| CStr::from_ptr(*argv.add(i)).to_bytes().to_vec())
-            .collect()
-    };
-    let code = main(&args, None);
-    // SAFETY: ends the helper without running the host program's `main`.
-    unsafe { libc::_exit(code) }
-}
 
 /// Whether `argv` starts the sandbox helper.
 pub(crate) fn is_helper_call(argv: &[CString]) -> bool {
@@ -241,13 +201,6 @@ fn make_user_namespace() -> Step {
     write_file("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))
 }
 
-/// Whether this binary carries the helper (the hook ran at start-up). Referencing the hook
-/// here also keeps the linker from dropping it from binaries that use the executor.
-pub(crate) fn available() -> bool {
-    std::hint::black_box(&HOOK);
-    HOOK_RAN.load(Ordering::Relaxed)
-}
-
 /// What the view holds and how the command runs: made by the executor, read by the helper.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Spec {
@@ -267,79 +220,6 @@ pub(crate) struct Spec {
     pub step_fd: RawFd,
     /// Descriptor the proxy's listening socket is sent on (`allowlist`).
     pub proxy_fd: Option<RawFd>,
-}
-
-/// One mount of the view; paths are the host's for sources and the view's for destinations.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub(crate) enum Mount {
-    /// A bind mount (recursive), read-only unless `rw`.
-    Bind {
-        /// Host path.
-        src: PathBuf,
-        /// Path in the view.
-        dest: PathBuf,
-        /// Writable.
-        rw: bool,
-    },
-    /// A read-only bind (recursive) whose source the helper reaches without following any
-    /// symbolic link, component by component, and mounts from that descriptor: a link
-    /// planted in a set-up output, or swapped in after the executor checked it, cannot
-    /// carry the mount anywhere else. The source must be a canonical path.
-    NoLinks {
-        /// Host path, canonical.
-        src: PathBuf,
-        /// Path in the view.
-        dest: PathBuf,
-    },
-    /// A fresh tmpfs of at most `size` bytes.
-    Tmpfs {
-        /// Path in the view.
-        dest: PathBuf,
-        /// Size limit in bytes.
-        size: u64,
-        /// Permission bits of its root.
-        mode: u32,
-    },
-    /// A symbolic link.
-    Symlink {
-        /// What it points to.
-        target: PathBuf,
-        /// Path in the view.
-        dest: PathBuf,
-    },
-    /// Cover what is at `dest` (a file or a directory bound earlier) with an empty read-only one.
-    Hide {
-        /// Path in the view.
-        dest: PathBuf,
-    },
-    /// A new `/proc` for the pid namespace.
-    Proc {
-        /// Path in the view.
-        dest: PathBuf,
-    },
-    /// A minimal `/dev`: a few device nodes bound from the host, a private `devpts`, `shm`.
-    Dev {
-        /// Path in the view.
-        dest: PathBuf,
-        /// Size of `/dev/shm` in bytes.
-        shm_size: u64,
-    },
-}
-
-impl Mount {
-    /// Where it appears in the view.
-    pub(crate) fn dest(&self) -> &Path {
-        match self {
-            Mount::Bind { dest, .. }
-            | Mount::NoLinks { dest, .. }
-            | Mount::Tmpfs { dest, .. }
-            | Mount::Symlink { dest, .. }
-            | Mount::Hide { dest }
-            | Mount::Proc { dest }
-            | Mount::Dev { dest, .. } => dest,
-        }
-    }
 }
 
 /// The helper's command line: `argv[0]`, the hidden argument, the spec, `--`, the command.
@@ -412,7 +292,7 @@ fn cpath(p: &Path) -> CString {
 }
 
 /// The helper's `main`. `args` is the whole command line.
-fn main(args: &[Vec<u8>], kept: Option<&Kept>) -> i32 {
+pub(super) fn main(args: &[Vec<u8>], kept: Option<&Kept>) -> i32 {
     let Some(spec) = args
         .get(2)
         .and_then(|s| serde_json::from_slice::<Spec>(s).ok())

@@ -180,7 +180,7 @@ impl LocalExecutor {
                         .into(),
                 });
             }
-            if !helper::available() {
+            if !super::hook::available() {
                 return Err(Error::SandboxUnavailable {
                     mode: "landlock".into(),
                     reason: "this binary does not carry the sandbox helper (its start-up hook did not run)".into(),
@@ -1109,10 +1109,10 @@ fn mount_points(worktree: &Path, mut opts: ExecOptions) -> Result<ExecOptions> {
 }
 
 /// One command's mounts: the view, and the worktree's `.git` directories read-only.
-pub(super) fn command_mounts(view: &View, worktree: &Path) -> Vec<helper::Mount> {
+pub(super) fn command_mounts(view: &View, worktree: &Path) -> Vec<view::Mount> {
     let mut mounts = view.mounts.clone();
     for g in sandbox::git_dirs(worktree) {
-        mounts.push(helper::Mount::Bind {
+        mounts.push(view::Mount::Bind {
             src: g.clone(),
             dest: g,
             rw: false,

@@ -40,6 +40,9 @@ mod fdpass;
 mod growth;
 #[allow(unsafe_code)]
 mod helper;
+// The `.init_array` entry and the start-up `argv` it reads.
+#[allow(unsafe_code)]
+mod hook;
 #[allow(unsafe_code)]
 mod local;
 mod memory;

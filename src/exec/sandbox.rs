@@ -731,10 +731,10 @@ pub(crate) fn recv_fd(sock: &OwnedFd) -> std::io::Result<OwnedFd> {
 /// the command that follows it.
 pub(crate) fn bwrap_args(
     worktree: &Path,
-    mounts: &[super::helper::Mount],
+    mounts: &[super::view::Mount],
     network: NetworkMode,
 ) -> Vec<std::ffi::OsString> {
-    use super::helper::Mount;
+    use super::view::Mount;
     let mut a: Vec<std::ffi::OsString> = Vec::new();
     for f in [
         "--die-with-parent",
@@ -843,7 +843,7 @@ mod tests {
 
     #[test]
     fn bwrap_args_bind_git_read_only_after_the_worktree() {
-        use crate::exec::helper::Mount;
+        use crate::exec::view::Mount;
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join(".git")).unwrap();
         let mut mounts = vec![

@@ -12,7 +12,8 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use super::helper::Mount;
+use serde::{Deserialize, Serialize};
+
 use crate::config::NetworkMode;
 
 /// `$HOME` inside the view: a fresh tmpfs.
@@ -147,6 +148,79 @@ const TOOLCHAIN_VARS: &[&str] = &[
     "BUN_INSTALL",
     "DENO_INSTALL",
 ];
+
+/// One mount of the view; paths are the host's for sources and the view's for destinations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Mount {
+    /// A bind mount (recursive), read-only unless `rw`.
+    Bind {
+        /// Host path.
+        src: PathBuf,
+        /// Path in the view.
+        dest: PathBuf,
+        /// Writable.
+        rw: bool,
+    },
+    /// A read-only bind (recursive) whose source the helper reaches without following any
+    /// symbolic link, component by component, and mounts from that descriptor: a link
+    /// planted in a set-up output, or swapped in after the executor checked it, cannot
+    /// carry the mount anywhere else. The source must be a canonical path.
+    NoLinks {
+        /// Host path, canonical.
+        src: PathBuf,
+        /// Path in the view.
+        dest: PathBuf,
+    },
+    /// A fresh tmpfs of at most `size` bytes.
+    Tmpfs {
+        /// Path in the view.
+        dest: PathBuf,
+        /// Size limit in bytes.
+        size: u64,
+        /// Permission bits of its root.
+        mode: u32,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// What it points to.
+        target: PathBuf,
+        /// Path in the view.
+        dest: PathBuf,
+    },
+    /// Cover what is at `dest` (a file or a directory bound earlier) with an empty read-only one.
+    Hide {
+        /// Path in the view.
+        dest: PathBuf,
+    },
+    /// A new `/proc` for the pid namespace.
+    Proc {
+        /// Path in the view.
+        dest: PathBuf,
+    },
+    /// A minimal `/dev`: a few device nodes bound from the host, a private `devpts`, `shm`.
+    Dev {
+        /// Path in the view.
+        dest: PathBuf,
+        /// Size of `/dev/shm` in bytes.
+        shm_size: u64,
+    },
+}
+
+impl Mount {
+    /// Where it appears in the view.
+    pub(crate) fn dest(&self) -> &Path {
+        match self {
+            Mount::Bind { dest, .. }
+            | Mount::NoLinks { dest, .. }
+            | Mount::Tmpfs { dest, .. }
+            | Mount::Symlink { dest, .. }
+            | Mount::Hide { dest }
+            | Mount::Proc { dest }
+            | Mount::Dev { dest, .. } => dest,
+        }
+    }
+}
 
 /// What the view is made of, before the per-command `.git` binds.
 #[derive(Debug, Clone)]

@@ -10,6 +10,7 @@ use super::cache::{Cache, Key};
 use super::error::{Error, Result, git_err, io_err};
 use super::lang::{Extractor, Parsers};
 use super::rank::Ranker;
+use super::summary::IndexedFile;
 use super::summary::{FileSummary, Lang};
 use super::walk::{self, Entry};
 use crate::workspace::Repo;
@@ -69,17 +70,6 @@ pub struct BuildStats {
     pub cached: usize,
     /// Bytes read and parsed in this pass.
     pub bytes_parsed: u64,
-}
-
-/// One indexed file.
-#[derive(Debug, Clone)]
-pub struct IndexedFile {
-    /// Repository-relative path.
-    pub path: String,
-    /// Blob id of the indexed content.
-    pub blob: ObjectId,
-    /// What was extracted.
-    pub summary: Arc<FileSummary>,
 }
 
 /// The project index: every indexable file of one snapshot with its summary. Ranking

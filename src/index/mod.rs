@@ -35,9 +35,10 @@ mod summary;
 pub mod text;
 mod walk;
 
-pub use build::{BuildStats, CacheLocation, Index, IndexOptions, IndexedFile, Snapshot};
+pub use build::{BuildStats, CacheLocation, Index, IndexOptions, Snapshot};
 pub use error::{Error, Result};
 pub use map::TokenCounter;
 pub use rank::{RankOptions, RankedFile, Ranker, is_test_path};
+pub use summary::IndexedFile;
 pub use summary::{Def, FileSummary, Lang, Skip};
 pub use walk::skip_path;

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::build::IndexedFile;
+use super::summary::IndexedFile;
 use super::text;
 
 /// A term must be in at least this many files before `max_df` may call it too common: in a

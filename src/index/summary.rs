@@ -1,5 +1,8 @@
 //! What the index keeps about one file, and its compact binary encoding for the cache.
 
+use std::sync::Arc;
+
+use gix::ObjectId;
 use serde::Serialize;
 
 /// A language the index parses with tree-sitter.
@@ -118,6 +121,17 @@ pub struct Def {
     /// of its span outside nested definitions (signature, docstring, body), sorted by index.
     #[serde(skip)]
     pub terms: Vec<(u32, u32)>,
+}
+
+/// One indexed file.
+#[derive(Debug, Clone)]
+pub struct IndexedFile {
+    /// Repository-relative path.
+    pub path: String,
+    /// Blob id of the indexed content.
+    pub blob: ObjectId,
+    /// What was extracted.
+    pub summary: Arc<FileSummary>,
 }
 
 /// What the index knows about one file's content (keyed in the cache by blob id and language).

@@ -17,6 +17,7 @@ mod git_cli;
 mod record;
 mod remote;
 mod repo;
+mod status;
 mod worktree;
 
 pub use build_cache::{KeptBuild, keep_build, remove_kept, seed_checkout};

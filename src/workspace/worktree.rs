@@ -780,7 +780,7 @@ fn reset_worktree_paths(
     }
 
     // 2. What is dirty or untracked in the work tree.
-    for path in super::commit::dirty_paths(&repo)? {
+    for path in super::status::dirty_paths(&repo)? {
         paths.insert(path);
     }
     if let Some(only) = only {
@@ -847,7 +847,7 @@ fn reset_worktree_paths(
     // 4. The index: the old one with the touched paths replaced, so unchanged entries keep
     //    their stat data and the next status stays cheap.
     let mut index = (*g.index_or_empty().ctx(|| "reading the index".to_string())?).clone();
-    super::commit::smudge_racy_entries(&mut index);
+    super::status::smudge_racy_entries(&mut index);
     let touched: BTreeSet<&BStr> = paths.iter().map(|p| p.as_bstr()).collect();
     index.remove_entries(|_, path, _| touched.contains(path));
     for e in partial.entries() {
