@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
+use super::shell::wrappers::{self, ShellProgram};
 use super::shell::{self, SimpleCommand};
-use super::wrappers::{self, ShellProgram};
 use super::{
     Approval, IgnoredRule, Policy, RiskTier, RuleRef, SourcedRule, decision_name, rule_text,
     strictest,

@@ -20,7 +20,6 @@ mod runner;
 pub mod shell;
 #[cfg(test)]
 mod table_tests;
-mod wrappers;
 
 pub use approval::{Approval, ApprovalRequest, ApprovalStatus};
 pub use command::{BUILTIN_RULES, CommandVerdict, INSTALLERS, PartVerdict};

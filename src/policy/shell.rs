@@ -4,13 +4,17 @@
 //! `;`, `&`, pipelines, subshells `( … )` and groups `{ …; }`, command substitutions `$(…)` and
 //! backticks (also inside double quotes), process substitutions `<(…)`, the scripts of
 //! `sh -c '…'`, and the commands behind wrappers such as `env`, `timeout`, `xargs` or
-//! `find -exec` (read with each wrapper's own option grammar, in `policy::wrappers`).
+//! `find -exec` (read with each wrapper's own option grammar, in [`wrappers`]).
 //! Redirections are kept with their targets, and every command carries the directories it may
 //! run in, so that `cd / && rm -rf x` is judged as removing `/x`. Anything it does not
 //! understand (unbalanced quotes, here-documents, `for`/`case` loops, brace expansion,
 //! `CDPATH`) is an error, which the policy turns into `ask`.
 
 use serde::Serialize;
+
+/// The commands behind wrappers, read with each wrapper's own option grammar; part of the
+/// parser (an `sh -c` behind a wrapper is parsed again).
+pub(super) mod wrappers;
 
 /// A redirection of one simple command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -192,7 +196,7 @@ fn parse_once(
                         _ => {}
                     }
                     if is_assignment(text) {
-                        nested.extend(super::wrappers::assignment(text, depth, &here)?);
+                        nested.extend(wrappers::assignment(text, depth, &here)?);
                         i += 1;
                         continue;
                     }
@@ -212,7 +216,7 @@ fn parse_once(
     // Commands behind wrappers and inside `sh -c` are judged too.
     let mut all = Vec::new();
     for cmd in out {
-        let inner = super::wrappers::unwrap(&cmd, depth)?;
+        let inner = wrappers::unwrap(&cmd, depth)?;
         all.push(cmd);
         all.extend(inner);
     }

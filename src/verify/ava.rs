@@ -7,7 +7,7 @@
 //! test file renames the first file's tests. `ava --tap` prints the same titles as TAP and is
 //! read by the TAP parser.
 
-use super::parse::{Acc, Format, TestReport, re};
+use super::report::{Acc, Format, TestReport, re};
 
 pub(super) fn parse_ava(text: &str) -> Option<TestReport> {
     let pass = re(r"^  ✔ (?:\[expected fail\] )?(.+?)(?: \(\d+(?:\.\d+)?m?s\))?$");

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::detect::TestCommand;
 use super::junit::parse_junit_xml;
-use super::parse::{Names, TestReport, parse_output};
+use super::parse::parse_output;
+use super::report::{Names, TestReport};
 
 /// What the executor reported for one run of the test command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

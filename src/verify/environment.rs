@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::detect::{Runner, TestCommand};
-use super::parse::{TestReport, strip_ansi};
+use super::report::{TestReport, strip_ansi};
 
 /// Why the tests could not run, with the lines that show it and what would help.
 #[derive(Debug, Clone, PartialEq, Eq)]

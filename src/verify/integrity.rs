@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::parse::{Format, TestReport};
+use super::report::{Format, TestReport};
 
 /// Whether `rela` (repository-relative) is a test file by the conventions of the common
 /// runners: a `tests`/`test`/`__tests__`/`spec` directory, test data beside tests

@@ -5,7 +5,7 @@
 //! `<skipped>`. Comments, CDATA and the five predefined and numeric entities are handled;
 //! DTDs are not (reports have none).
 
-use super::parse::{Counts, Format, Names, TestReport};
+use super::report::{Counts, Format, Names, TestReport};
 
 /// Parses one or more JUnit XML documents into one report named `classname.name`.
 pub fn parse_junit_xml<S: AsRef<str>>(documents: &[S]) -> Option<TestReport> {

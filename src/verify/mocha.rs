@@ -7,7 +7,7 @@
 //! it (`calc > "before each" hook for "adds"`). The reporter prints no file names, so two
 //! tests with the same titles in two files are one name, as they are to mocha's own `--grep`.
 
-use super::parse::{Acc, Counts, Format, TestReport, num, re};
+use super::report::{Acc, Counts, Format, TestReport, num, re};
 
 pub(super) fn parse_mocha(text: &str) -> Option<TestReport> {
     // `✔` (mocha ≥ 10), `✓` (older), `√` (Windows); slow tests get `(123ms)`.

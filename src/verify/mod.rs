@@ -23,6 +23,7 @@ mod junit;
 mod mocha;
 mod parse;
 mod pydeps;
+mod report;
 mod setup;
 mod summary;
 mod unittest;
@@ -41,7 +42,8 @@ pub use integrity::{
     test_change, test_special_casing,
 };
 pub use junit::parse_junit_xml;
-pub use parse::{Counts, Format, Names, TestReport, parse_output, strip_ansi};
+pub use parse::parse_output;
+pub use report::{Counts, Format, Names, TestReport, strip_ansi};
 pub use setup::{
     ENV_VAR as SETUP_ENV_VAR, Ecosystem, SetupPlan, expand as expand_setup_env, plan as setup_plan,
     plan_like_base as setup_plan_like_base, setup_input,

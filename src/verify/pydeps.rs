@@ -9,6 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
+/// The uv that exports a `uv.lock`, installed from PyPI into the set-up's own entry and
+/// removed after (part of the commands, so of the key).
+pub const UV_VERSION: &str = "0.13.9";
+
 /// Dependency-group, extra and tox names that hold what the tests need, most specific
 /// first; `dev` only when none of these exists.
 const TEST_NAMES: &[&str] = &["test", "tests", "testing"];
@@ -88,7 +92,7 @@ impl TestDeps {
                 } else {
                     format!(" (groups {} and dev)", groups.join(", "))
                 },
-                super::setup::UV_VERSION
+                UV_VERSION
             ),
             Source::Constrained { lock, group, .. } => {
                 format!("{lock}: group {group}, every version as the lockfile pins it")

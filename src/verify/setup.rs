@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::detect::{Runner, TestCommand, read_opt as read};
 use super::error::{Error, Result};
-use super::pydeps::{self, Source};
+use super::pydeps::{self, Source, UV_VERSION};
 use crate::config::SetupConfig;
 
 /// The variable naming the cache entry set-up commands write and later commands read.
@@ -406,10 +406,6 @@ fn find_program(name: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBu
         .find(|p| p.is_file())
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
 }
-
-/// The uv that exports a `uv.lock`, installed from PyPI into the set-up's own entry and
-/// removed after (part of the commands, so of the key).
-pub const UV_VERSION: &str = "0.13.9";
 
 /// `s` as one single-quoted shell word.
 fn shell_word(s: &str) -> String {

@@ -3,7 +3,7 @@
 
 use regex::Regex;
 
-use super::parse::{TestReport, strip_ansi};
+use super::report::{TestReport, strip_ansi};
 
 /// At most this many failing tests are listed by name; the rest are counted.
 const MAX_LISTED: usize = 30;

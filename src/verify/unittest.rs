@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use regex::Regex;
 
-use super::parse::{Acc, Counts, Format, TestReport, num, re};
+use super::report::{Acc, Counts, Format, TestReport, num, re};
 
 /// Wrappers the loaders put around a module that fails to import.
 const IMPORT_FAILURE: [&str; 2] = [

@@ -281,10 +281,6 @@ fn the_checker_sees_each_way_of_naming_a_module() {
     assert_eq!(layer_of("newthing"), None);
 }
 
-/// Folders whose modules still import each other in a circle (issue 42 point 3): each is to
-/// be untied and then taken off this list (the test below says when).
-const KNOTTED: &[&str] = &["verify", "policy"];
-
 /// The modules of the folder `src/<folder>` (files and subfolders, not counting test-only
 /// ones) and, for each, the others its code outside tests names: through
 /// `crate::<folder>::`, or `super::` (`super::super::` one folder down).
@@ -377,8 +373,7 @@ fn a_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 }
 
 // Issue 42 point 3: inside a folder the modules form a tree, not a knot: the engine on top of
-// the run's steps, the steps on the shared types, nothing importing back up. The folders
-// still knotted are listed, and must stay knotted until they are taken off the list.
+// the run's steps, the steps on the shared types, nothing importing back up.
 #[test]
 fn the_modules_of_a_folder_import_each_other_in_no_circle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -392,13 +387,8 @@ fn the_modules_of_a_folder_import_each_other_in_no_circle() {
     assert!(folders.iter().any(|f| f == "run"), "{folders:?}");
     let mut found = Vec::new();
     for folder in &folders {
-        let graph = sibling_graph(folder);
-        match (a_cycle(&graph), KNOTTED.contains(&folder.as_str())) {
-            (Some(c), false) => found.push(format!("src/{folder}: {}", c.join(" → "))),
-            (None, true) => found.push(format!(
-                "src/{folder} has no circle left: take it off KNOTTED"
-            )),
-            _ => {}
+        if let Some(c) = a_cycle(&sibling_graph(folder)) {
+            found.push(format!("src/{folder}: {}", c.join(" → ")));
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));

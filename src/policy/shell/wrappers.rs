@@ -7,14 +7,14 @@
 //! Every inner or canonical command is judged beside the command as written, and the strictest
 //! judgment wins; reading more commands than really run only ever makes a line stricter.
 
-use super::shell::{
+use super::{
     MAX_DEPTH, ParseError, SimpleCommand, base_name, is_assignment, join_dir, parse_depth,
 };
 
 /// An option grammar as `getopt_long` reads it with a leading `+`: options end at the first
 /// operand or at `--`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Grammar {
+pub(in crate::policy) struct Grammar {
     /// Short options that take a value, attached (`-n10`) or in the next word (`-n 10`).
     pub short: &'static str,
     /// Long options that take a value (`--name=v` or `--name v`).
@@ -25,7 +25,7 @@ pub(super) struct Grammar {
 }
 
 /// An option read: its name (a letter or a long name) and its value.
-pub(super) type Opt = (String, Option<String>);
+pub(in crate::policy) type Opt = (String, Option<String>);
 
 const NO_OPTIONS: Grammar = Grammar {
     short: "",
@@ -74,7 +74,7 @@ fn is_option(word: &str) -> bool {
 }
 
 /// Read options from `start`: the index of the first operand (past a `--`) and the options.
-pub(super) fn getopt(argv: &[String], start: usize, g: &Grammar) -> (usize, Vec<Opt>) {
+pub(in crate::policy) fn getopt(argv: &[String], start: usize, g: &Grammar) -> (usize, Vec<Opt>) {
     let mut i = start;
     let mut opts = Vec::new();
     while i < argv.len() && is_option(&argv[i]) {
@@ -169,11 +169,12 @@ const fn grammar(short: &'static str, long: &'static [&'static str]) -> Grammar 
 }
 
 /// Shells whose `-c` script is parsed as a command line.
-pub(super) const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish"];
+pub(in crate::policy) const SHELLS: &[&str] =
+    &["sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish"];
 
 /// What a shell runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ShellProgram {
+pub(in crate::policy) enum ShellProgram {
     /// `sh -c SCRIPT` (the script, or `None` when it is missing).
     Inline(Option<String>),
     /// `sh FILE`: a script file the policy cannot see.
@@ -183,7 +184,7 @@ pub(super) enum ShellProgram {
 }
 
 /// What a shell invocation runs, if `argv` runs a shell.
-pub(super) fn shell_program(argv: &[String]) -> Option<ShellProgram> {
+pub(in crate::policy) fn shell_program(argv: &[String]) -> Option<ShellProgram> {
     if !SHELLS.contains(&base_name(argv.first()?)) {
         return None;
     }
@@ -313,7 +314,7 @@ fn interpreter(name: &str) -> Option<&'static Inline> {
 
 /// The option by which an interpreter (other than a shell) is given its program inline
 /// (`python3 -c`, `node -e`, `perl -e`, `deno eval`), if it is.
-pub(super) fn inline_program(argv: &[String]) -> Option<String> {
+pub(in crate::policy) fn inline_program(argv: &[String]) -> Option<String> {
     let spec = interpreter(base_name(argv.first()?))?;
     let mut i = 1;
     while let Some(a) = argv.get(i) {
@@ -375,7 +376,7 @@ const COMMAND_VARIABLES: &[&str] = &[
 ];
 
 /// Variables that make programs load code or configuration the line does not show.
-pub(super) const LOADER_VARIABLES: &[&str] = &[
+pub(in crate::policy) const LOADER_VARIABLES: &[&str] = &[
     "LD_PRELOAD",
     "LD_AUDIT",
     "LD_LIBRARY_PATH",
@@ -394,7 +395,7 @@ pub(super) const LOADER_VARIABLES: &[&str] = &[
 /// The commands an assignment (`NAME=value`, as a prefix, in `env` or `export`) makes
 /// programs run: the value of a command variable is parsed as a command line; a loader
 /// variable is kept as a one-word command (the assignment itself) for the policy to ask about.
-pub(super) fn assignment(
+pub(in crate::policy) fn assignment(
     word: &str,
     depth: usize,
     dirs: &[String],
@@ -424,7 +425,7 @@ pub(super) fn assignment(
 }
 
 /// awk's options (POSIX and gawk): `-F`, `-v`, `-f` and gawk's `-e` take a value.
-pub(super) const AWK: Grammar = grammar(
+pub(in crate::policy) const AWK: Grammar = grammar(
     "Fvfe",
     &[
         "field-separator",
@@ -437,7 +438,7 @@ pub(super) const AWK: Grammar = grammar(
 );
 
 /// git's options before the subcommand.
-pub(super) const GIT_GLOBALS: Grammar = Grammar {
+pub(in crate::policy) const GIT_GLOBALS: Grammar = Grammar {
     short: "Cc",
     long: &[
         "git-dir",
@@ -451,12 +452,12 @@ pub(super) const GIT_GLOBALS: Grammar = Grammar {
 };
 
 /// The index of git's subcommand and the global options before it.
-pub(super) fn git_subcommand(argv: &[String]) -> (usize, Vec<Opt>) {
+pub(in crate::policy) fn git_subcommand(argv: &[String]) -> (usize, Vec<Opt>) {
     getopt(argv, 1, &GIT_GLOBALS)
 }
 
 /// The directories `find` starts from (`.` when none is named).
-pub(super) fn find_roots(argv: &[String]) -> Vec<String> {
+pub(in crate::policy) fn find_roots(argv: &[String]) -> Vec<String> {
     let mut i = 1;
     while let Some(a) = argv.get(i) {
         match a.as_str() {
@@ -704,7 +705,10 @@ const ENV: Grammar = grammar(
 
 /// The commands `cmd` runs besides itself: behind a wrapper, inside `sh -c`, `find -exec` or
 /// `xargs`, or its canonical form.
-pub(super) fn unwrap(cmd: &SimpleCommand, depth: usize) -> Result<Vec<SimpleCommand>, ParseError> {
+pub(in crate::policy) fn unwrap(
+    cmd: &SimpleCommand,
+    depth: usize,
+) -> Result<Vec<SimpleCommand>, ParseError> {
     if depth > MAX_DEPTH {
         return Err(ParseError("commands nested too deeply to judge".into()));
     }
