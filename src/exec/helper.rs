@@ -885,6 +885,13 @@ fn build_view(spec: &Spec) -> Step {
                     libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     None,
                 )?;
+                // Read-only sysctls, as under bubblewrap: the network namespace may be the
+                // spawner's, kept for its next command, and Landlock is then not the only
+                // thing between a command and the settings that command would inherit.
+                let sys = dest.join("sys");
+                let sys_c = cpath(&sys);
+                mount(Some(&sys_c), &sys, None, libc::MS_BIND | libc::MS_REC, None)?;
+                set_attr(&sys, MOUNT_ATTR_RDONLY, true)?;
             }
             Mount::Dev { shm_size, .. } => dev(old, &dest, *shm_size)?,
         }

@@ -657,12 +657,14 @@ fn inner_loopback_inside_host_loopback_unreachable() {
         );
         assert!(t.contains("host:unreachable"), "{t}");
         // The commands of one spawner share a network namespace: what one leaves in it must
-        // not reach the next. A daemon listening there dies with its command, and no command
-        // can take the loopback down (its capabilities are gone).
+        // not reach the next. A daemon listening there dies with its command, no command can
+        // take the loopback down (its capabilities are gone) or change a network sysctl
+        // (`/proc/sys` is read-only, and outside Landlock's writable paths).
         let out = sh(&exec, LEAVE_A_LISTENER_AND_TAKE_LO_DOWN).await;
         let t = text(&out);
         assert!(t.contains("daemon:listening"), "{t}");
         assert!(t.contains("lo:refused"), "{t}");
+        assert!(t.contains("sysctl:refused"), "{t}");
         let out = sh(
             &exec,
             &format!("{}\n{}", FIND_THE_LISTENER, loopback_script(port)),
@@ -675,7 +677,8 @@ fn inner_loopback_inside_host_loopback_unreachable() {
     assert!(host.accept().is_err(), "the host's loopback was reached");
 }
 
-/// A daemon listening on 127.0.0.1:7777 left behind, and a try at setting `lo` down.
+/// A daemon listening on 127.0.0.1:7777 left behind, and tries at setting `lo` down and at
+/// changing the namespace's local port range (which uid 0 may do without a capability).
 const LEAVE_A_LISTENER_AND_TAKE_LO_DOWN: &str = r#"setsid python3 -c '
 import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -695,6 +698,12 @@ try:
     print("lo:down")
 except OSError as e:
     print("lo:refused", e)
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:
+        f.write("40000 40001")
+    print("sysctl:written")
+except OSError as e:
+    print("sysctl:refused", e)
 EOF"#;
 
 /// Whether the daemon of [`LEAVE_A_LISTENER_AND_TAKE_LO_DOWN`] still listens.
