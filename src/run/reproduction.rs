@@ -176,11 +176,7 @@ fn fails_for_real(report: Option<&verify::TestReport>, name: &str) -> bool {
 
 /// Tests that pass now and that the baseline did not run: the run's new tests.
 fn new_test_names(baseline: Option<&Observation>, now: &Observation) -> Vec<String> {
-    let Some(r) = now
-        .report
-        .as_ref()
-        .filter(|r| r.names == verify::Names::Full)
-    else {
+    let Some(r) = now.full_report() else {
         return Vec::new();
     };
     let before = baseline.and_then(|b| b.report.as_ref());

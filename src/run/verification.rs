@@ -436,11 +436,7 @@ fn flaky_in_rerun(
     rerun: &Observation,
     requested: impl Fn(&str) -> bool,
 ) -> Vec<String> {
-    let Some(r) = rerun
-        .report
-        .as_ref()
-        .filter(|r| r.names == verify::Names::Full)
-    else {
+    let Some(r) = rerun.full_report() else {
         return Vec::new();
     };
     let passed: Vec<String> = failed

@@ -27,6 +27,13 @@ pub struct Observation {
     pub report: Option<TestReport>,
 }
 
+impl Observation {
+    /// The parsed results where they name every test that ran, passing ones too.
+    pub fn full_report(&self) -> Option<&TestReport> {
+        self.report.as_ref().filter(|r| r.names == Names::Full)
+    }
+}
+
 /// Reads a run: its output, and the JUnit XML reports it wrote (for Maven and Gradle; see
 /// [`read_junit_reports`](super::read_junit_reports)). The XML wins when it names more.
 pub fn observe(cmd: &TestCommand, result: &RunResult, junit_xml: &[String]) -> Observation {

@@ -488,10 +488,10 @@ impl Publication<'_> {
                 "opening the draft pull request for {}",
                 rec.branch
             )))?;
-        audit.append(
-        Kind::Forge,
-        json!({"pull_request": pr.number, "url": pr.html_url, "head": pr.head_ref, "base": pr.base_ref}),
-    )?;
+        let opened = json!({
+            "pull_request": pr.number, "url": pr.html_url, "head": pr.head_ref, "base": pr.base_ref,
+        });
+        audit.append(Kind::Forge, opened)?;
         rec.pr = Some(PrRef::Url(pr.html_url.clone()));
         Ok(pr.html_url)
     }
