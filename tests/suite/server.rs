@@ -726,7 +726,7 @@ struct Browser {
     commands: std::process::ChildStdin,
     answers: std::sync::mpsc::Receiver<Value>,
     next: u64,
-    _profile: tempfile::TempDir,
+    profile: tempfile::TempDir,
 }
 
 impl Browser {
@@ -742,6 +742,8 @@ impl Browser {
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
+                // A container's /dev/shm is often 64 MiB, too small for Chromium's renderer.
+                "--disable-dev-shm-usage",
                 "--no-first-run",
                 "--remote-debugging-pipe",
             ])
@@ -749,7 +751,7 @@ impl Browser {
             .arg("about:blank")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(profile.path().join("stderr.log")).unwrap())
             .spawn()
             .unwrap();
         let commands = child.stdin.take().unwrap();
@@ -773,12 +775,24 @@ impl Browser {
             commands,
             answers,
             next: 0,
-            _profile: profile,
+            profile,
         }
     }
 
     /// Send `method` (to `session` when given) and wait for its answer's `result`.
     fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.try_call(session, method, params)
+            .unwrap_or_else(|answer| panic!("{method}: {answer}"))
+    }
+
+    /// Send `method` and wait for its answer: its `result`, or the whole answer when it is an
+    /// error (an evaluation while the page navigates finds no context, for one).
+    fn try_call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, Value> {
         use std::io::Write as _;
         self.next += 1;
         let mut message = json!({"id": self.next, "method": method, "params": params});
@@ -789,36 +803,75 @@ impl Browser {
         bytes.push(0);
         self.commands.write_all(&bytes).unwrap();
         loop {
-            let answer = self
-                .answers
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| panic!("no answer to {method}"));
+            // A cold Chromium on a loaded two-core machine takes its time for the first answer.
+            let answer = match self.answers.recv_timeout(Duration::from_secs(90)) {
+                Ok(answer) => answer,
+                Err(why) => panic!("no answer to {method} ({why}); {}", self.state()),
+            };
             if answer["id"] == json!(self.next) {
-                assert!(answer["error"].is_null(), "{method}: {answer}");
-                return answer["result"].clone();
+                return match answer["error"].is_null() {
+                    true => Ok(answer["result"].clone()),
+                    false => Err(answer),
+                };
             }
         }
+    }
+
+    /// Whether Chromium still runs, and the end of what it printed: what a failure needs.
+    fn state(&mut self) -> String {
+        let status = self.child.try_wait().unwrap();
+        let log =
+            std::fs::read_to_string(self.profile.path().join("stderr.log")).unwrap_or_default();
+        let tail: Vec<&str> = log
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!(
+            "chromium exited: {status:?}; its last output:\n{}",
+            tail.join("\n")
+        )
     }
 
     /// The value of `expression` in the page of `session`.
     fn eval(&mut self, session: &str, expression: &str) -> Value {
-        let r = self.call(
+        self.try_eval(session, expression)
+            .unwrap_or_else(|answer| panic!("{expression}: {answer}"))
+    }
+
+    /// The value of `expression`, or why it has none: the protocol's error, or the page's
+    /// exception (a page between two documents has none to run it in).
+    fn try_eval(&mut self, session: &str, expression: &str) -> Result<Value, Value> {
+        let r = self.try_call(
             Some(session),
             "Runtime.evaluate",
             json!({"expression": expression, "returnByValue": true}),
-        );
-        r["result"]["value"].clone()
+        )?;
+        match r.get("exceptionDetails") {
+            Some(e) => Err(e.clone()),
+            None => Ok(r["result"]["value"].clone()),
+        }
     }
 
-    /// Wait until `expression` is a string in the page, and return it.
+    /// Wait until `expression` is a string in the page, and return it. A page that is
+    /// navigating answers with an error; that is "not yet", as a null is.
     fn wait_for(&mut self, session: &str, expression: &str) -> String {
-        for _ in 0..200 {
-            if let Value::String(s) = self.eval(session, expression) {
-                return s;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut last = Value::Null;
+        while std::time::Instant::now() < deadline {
+            match self.try_eval(session, expression) {
+                Ok(Value::String(s)) => return s,
+                Ok(v) | Err(v) => last = v,
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("the page never had {expression}");
+        panic!(
+            "the page never had {expression} in 60 s; last answer: {last}; {}",
+            self.state()
+        );
     }
 }
 
