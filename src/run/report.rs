@@ -317,10 +317,31 @@ fn integrity_block(i: &Integrity) -> String {
 /// Render the pull request description.
 pub fn render(r: &ReportInput) -> String {
     let pointer = format!("the full record is in `git agent log {}`", r.run_id);
-    let mut head = String::new();
-    head.push_str(&format!("<!-- git-agent run {} -->\n", r.run_id));
-    let verdict = match r.state.as_str() {
-        // "Verified" only when every integrity check passed and a test showed the problem.
+    let sections = [
+        head_section(r),
+        plan_section(r),
+        changes_section(r, &pointer),
+        verification_section(r, &pointer),
+        review_section(r),
+        cost_section(r),
+    ];
+    let reproduce = reproduce_line(r);
+    // The audit trail takes whatever room is left, so the whole never exceeds MAX_BODY.
+    let fixed: usize = sections
+        .iter()
+        .chain(std::iter::once(&reproduce))
+        .map(|s| s.chars().count())
+        .sum();
+    let mut body = sections.concat();
+    body.push_str(&audit_section(r, fixed, &pointer));
+    body.push_str(&reproduce);
+    cut_to_the_limit(body, &pointer)
+}
+
+/// What the run's state lets the report claim: "verified" only when every integrity check
+/// passed and a test showed the problem.
+fn verdict(r: &ReportInput) -> &'static str {
+    match r.state.as_str() {
         "succeeded" => match &r.integrity {
             Some(i) if i.passed && i.unconfined => {
                 "Draft for review; the project's tests pass, but **commands ran without a sandbox** (`sandbox.mode = \"off\"`), so nothing kept the clean checkout apart from what earlier commands left — not verified."
@@ -356,7 +377,13 @@ pub fn render(r: &ReportInput) -> String {
         }
         "cancelled" => "**Cancelled.**",
         _ => "In progress.",
-    };
+    }
+}
+
+/// The hidden marker, the issue it fixes, the summary with the verdict, and the run's notes.
+fn head_section(r: &ReportInput) -> String {
+    let mut head = format!("<!-- git-agent run {} -->\n", r.run_id);
+    let verdict = verdict(r);
     match &r.fixes {
         Some(f) => head.push_str(&format!("**{f}** — {} {verdict}\n", r.summary.trim())),
         None => head.push_str(&format!("{} {verdict}\n", r.summary.trim())),
@@ -367,7 +394,11 @@ pub fn render(r: &ReportInput) -> String {
             head.push_str(&format!("> {}\n", cell(n)));
         }
     }
+    head
+}
 
+/// The plan as a checklist, and the changes no step planned.
+fn plan_section(r: &ReportInput) -> String {
     let mut plan = String::from("\n### Plan\n");
     if r.plan.is_empty() {
         plan.push_str("_No plan was made._\n");
@@ -395,22 +426,30 @@ pub fn render(r: &ReportInput) -> String {
     for u in &r.unplanned {
         plan.push_str(&format!("- ⚠ unplanned change: `{}`\n", cell(u)));
     }
+    plan
+}
 
+/// The base the branch starts from, and the diffstat (cut, with a pointer to the record).
+fn changes_section(r: &ReportInput, pointer: &str) -> String {
     let base = if r.base_sha.is_empty() {
         String::new()
     } else {
         let short: String = r.base_sha.chars().take(12).collect();
         format!("Base: `{}` at `{short}`.\n", cell(&r.base_ref))
     };
-    let changes = if r.diffstat.trim().is_empty() {
+    if r.diffstat.trim().is_empty() {
         format!("\n### Changes\n{base}_No changes._\n")
     } else {
         format!(
             "\n### Changes\n{base}```\n{}```\n",
-            cut(&r.diffstat, 6000, &pointer)
+            cut(&r.diffstat, 6000, pointer)
         )
-    };
+    }
+}
 
+/// Each test command's line, its decisive output, the integrity checks, and what the
+/// commands ran in.
+fn verification_section(r: &ReportInput, pointer: &str) -> String {
     let mut verify = String::from("\n### Verification\n");
     if r.verification.is_empty() {
         verify.push_str("_No test command ran._\n");
@@ -435,7 +474,7 @@ pub fn render(r: &ReportInput) -> String {
             verify.push_str(&format!(
                 "\n<details><summary>{} — decisive output</summary>\n\n```\n{}```\n</details>\n",
                 cell(&v.when),
-                cut(&v.excerpt.replace("```", "ʼʼʼ"), 4000, &pointer)
+                cut(&v.excerpt.replace("```", "ʼʼʼ"), 4000, pointer)
             ));
         }
     }
@@ -448,7 +487,11 @@ pub fn render(r: &ReportInput) -> String {
     if let Some(env) = &r.environment {
         verify.push_str(&format!("\nEnvironment: {}\n", cell(env)));
     }
+    verify
+}
 
+/// The reviewer's findings, or why it could not review; nothing when no reviewer ran.
+fn review_section(r: &ReportInput) -> String {
     let mut review = String::new();
     if let Some(rv) = &r.review {
         review.push_str(&format!("\n### Review\nBy `{}`", cell(&rv.model)));
@@ -477,7 +520,11 @@ pub fn render(r: &ReportInput) -> String {
             }
         }
     }
+    review
+}
 
+/// Tokens and dollars per model call, and the total against the budget.
+fn cost_section(r: &ReportInput) -> String {
     let mut cost = String::from("\n### Cost\n");
     let mut total = 0.0;
     let mut unknown = false;
@@ -514,21 +561,23 @@ pub fn render(r: &ReportInput) -> String {
             r.budget_usd
         ));
     }
+    cost
+}
 
-    let short_head: String = r.audit_head.chars().take(12).collect();
-    let reproduce = format!(
+/// How to fetch the run's record and reproduce, check or resume it.
+fn reproduce_line(r: &ReportInput) -> String {
+    format!(
         "\nReproduce: `git fetch origin refs/agent/runs/{id}:refs/agent/runs/{id}` then \
          `git agent log {id}`, `git agent audit verify {id}` or `git agent resume {id}`. \
          Branch: `{}`.\n",
         cell(&r.branch),
         id = r.run_id
-    );
+    )
+}
 
-    // The audit trail takes whatever room is left, so the whole never exceeds MAX_BODY.
-    let fixed: usize = [&head, &plan, &changes, &verify, &review, &cost, &reproduce]
-        .iter()
-        .map(|s| s.chars().count())
-        .sum();
+/// The audit trail in a fold, cut to the room the other `fixed` characters leave.
+fn audit_section(r: &ReportInput, fixed: usize, pointer: &str) -> String {
+    let short_head: String = r.audit_head.chars().take(12).collect();
     let audit_open = format!(
         "\n<details><summary>Audit trail ({} events, chain head {short_head}…)</summary>\n\n```\n",
         r.audit.len()
@@ -543,26 +592,26 @@ pub fn render(r: &ReportInput) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         room,
-        &pointer,
+        pointer,
     );
-    let mut body = String::new();
-    for part in [&head, &plan, &changes, &verify, &review, &cost] {
-        body.push_str(part);
-    }
-    body.push_str(&audit_open);
-    body.push_str(&audit_text);
+    let mut audit = audit_open;
+    audit.push_str(&audit_text);
     if !audit_text.ends_with('\n') {
-        body.push('\n');
+        audit.push('\n');
     }
-    body.push_str(audit_close);
-    body.push_str(&reproduce);
-    // Last resort, should the fixed sections themselves be huge.
-    if body.chars().count() > MAX_BODY {
-        let note = format!("\n… report cut at {MAX_BODY} characters; {pointer}\n");
-        let keep = MAX_BODY - note.chars().count();
-        body = body.chars().take(keep).collect::<String>() + &note;
+    audit.push_str(audit_close);
+    audit
+}
+
+/// Last resort, should the fixed sections themselves be huge: cut the body to
+/// [`MAX_BODY`] with a note that points to the record.
+fn cut_to_the_limit(body: String, pointer: &str) -> String {
+    if body.chars().count() <= MAX_BODY {
+        return body;
     }
-    body
+    let note = format!("\n… report cut at {MAX_BODY} characters; {pointer}\n");
+    let keep = MAX_BODY - note.chars().count();
+    body.chars().take(keep).collect::<String>() + &note
 }
 
 #[cfg(test)]
@@ -678,6 +727,220 @@ mod tests {
             base_ref: "HEAD".into(),
             base_sha: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),
         }
+    }
+
+    /// Each step of `render` on its own: what it decides, from the input it is given.
+    #[test]
+    fn the_verdict_claims_verified_only_with_a_reproduction_and_a_sandbox() {
+        let mut r = sample("succeeded");
+        assert_eq!(
+            verdict(&r),
+            "Draft for review; verified by the project's tests."
+        );
+        r.integrity.as_mut().unwrap().reproduced = false;
+        assert!(
+            verdict(&r).contains("**no test showed the problem**"),
+            "{}",
+            verdict(&r)
+        );
+        r.integrity.as_mut().unwrap().reproduced = true;
+        r.integrity.as_mut().unwrap().unconfined = true;
+        assert!(verdict(&r).contains("not verified"), "{}", verdict(&r));
+        r.integrity.as_mut().unwrap().passed = false;
+        assert_eq!(
+            verdict(&r),
+            "Draft for review; see the integrity checks below."
+        );
+        r.integrity = None;
+        assert_eq!(verdict(&r), "Draft for review.");
+        assert!(verdict(&sample("failed")).contains("verification did not pass"));
+        assert_eq!(verdict(&sample("cancelled")), "**Cancelled.**");
+        assert_eq!(verdict(&sample("coding")), "In progress.");
+    }
+
+    #[test]
+    fn the_head_names_the_run_the_issue_and_quotes_each_note() {
+        let mut r = sample("failed");
+        let head = head_section(&r);
+        assert!(
+            head.starts_with("<!-- git-agent run 01JDRUNID -->\n**Fixes #42** — "),
+            "{head}"
+        );
+        assert!(
+            head.contains("\n> Fix attempts exhausted (3 of 3)"),
+            "{head}"
+        );
+        r.fixes = None;
+        r.notes = vec!["a | b\nc".into()];
+        let head = head_section(&r);
+        assert!(!head.contains("**Fixes"), "{head}");
+        assert!(
+            head.contains("> a \\| b c\n"),
+            "a note stays one quoted line: {head}"
+        );
+    }
+
+    #[test]
+    fn the_plan_marks_each_step_and_flags_unplanned_changes() {
+        let mut r = sample("failed");
+        let plan = plan_section(&r);
+        assert!(
+            plan.contains("- [x] 1. Make `add` add — `src/lib.rs`\n"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("- [ ] 2. Cover it with a test — `tests/add.rs`\n"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("- ⚠ unplanned change: `README.md`\n"),
+            "{plan}"
+        );
+        r.plan.clear();
+        r.unplanned.clear();
+        assert_eq!(plan_section(&r), "\n### Plan\n_No plan was made._\n");
+    }
+
+    #[test]
+    fn the_changes_name_the_base_and_cut_a_huge_diffstat() {
+        let mut r = sample("succeeded");
+        let changes = changes_section(&r, "POINTER");
+        assert!(
+            changes.contains("Base: `HEAD` at `1a2b3c4d5e6f`.\n```\n src/lib.rs"),
+            "{changes}"
+        );
+        r.diffstat = "x | 1 +\n".repeat(2000);
+        let changes = changes_section(&r, "POINTER");
+        assert!(
+            changes.chars().count() < 6200 && changes.contains("POINTER"),
+            "{changes}"
+        );
+        r.diffstat.clear();
+        r.base_sha.clear();
+        assert_eq!(
+            changes_section(&r, "POINTER"),
+            "\n### Changes\n_No changes._\n"
+        );
+    }
+
+    #[test]
+    fn verification_has_a_row_per_command_and_the_decisive_output_folded() {
+        let mut r = sample("failed");
+        let v = verification_section(&r, "POINTER");
+        assert!(
+            v.contains("| before | `cargo test` | 101 | 41 s | 1 failed: `adds` |"),
+            "{v}"
+        );
+        assert!(
+            v.contains("<details><summary>before — decisive output</summary>"),
+            "{v}"
+        );
+        assert_eq!(
+            v.matches("<details>").count(),
+            1,
+            "an empty excerpt has no fold: {v}"
+        );
+        r.verification[0].exit_code = None;
+        r.verification[0].excerpt = "```\nbreak out\n".into();
+        let v = verification_section(&r, "POINTER");
+        assert!(v.contains("| killed |"), "{v}");
+        assert!(
+            !v.contains("```\nbreak out"),
+            "an excerpt cannot close its code block: {v}"
+        );
+        r.verification.clear();
+        r.environment = Some("python 3.12 from .python-version".into());
+        let v = verification_section(&r, "POINTER");
+        assert!(v.contains("_No test command ran._"), "{v}");
+        assert!(
+            v.ends_with("\nEnvironment: python 3.12 from .python-version\n"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn the_review_lists_findings_or_says_why_there_are_none() {
+        let mut r = sample("succeeded");
+        assert_eq!(review_section(&r), "", "no reviewer, no section");
+        r.review = Some(Review {
+            model: "openai:reviewer".into(),
+            findings: vec![ReviewFinding {
+                severity: "blocking".into(),
+                file: Some("src/lib.rs".into()),
+                message: "m".repeat(600),
+            }],
+            sent_back: true,
+            error: None,
+        });
+        let review = review_section(&r);
+        assert!(
+            review.contains("sent the run back to fixing once"),
+            "{review}"
+        );
+        assert!(
+            review.contains(&format!(
+                "- **blocking** `src/lib.rs`: {}\n",
+                "m".repeat(500)
+            )),
+            "{review}"
+        );
+        r.review.as_mut().unwrap().error = Some("timed out".into());
+        assert!(review_section(&r).ends_with(": _could not review_ — timed out\n"));
+        r.review = Some(Review {
+            model: "m".into(),
+            ..Review::default()
+        });
+        assert!(review_section(&r).ends_with(": no findings.\n"));
+    }
+
+    #[test]
+    fn the_cost_totals_what_is_known_and_says_what_is_not() {
+        let mut r = sample("succeeded");
+        let cost = cost_section(&r);
+        assert!(
+            cost.contains("planner `anthropic:claude-sonnet-4-5` "),
+            "{cost}"
+        );
+        assert!(
+            cost.ends_with(" · total $0.07 + unknown of $5.00\n"),
+            "{cost}"
+        );
+        r.cost.clear();
+        assert_eq!(cost_section(&r), "\n### Cost\n_No model calls._\n");
+    }
+
+    #[test]
+    fn the_audit_trail_takes_only_the_room_left() {
+        let mut r = sample("succeeded");
+        let audit = audit_section(&r, 0, "POINTER");
+        assert!(
+            audit.contains("Audit trail (3 events, chain head 3f9c0a1b2c3d…)"),
+            "{audit}"
+        );
+        assert!(
+            audit.ends_with("2 verify cargo test exit 101\n```\n</details>\n"),
+            "{audit}"
+        );
+        r.audit = vec!["e".repeat(100); 1000];
+        let audit = audit_section(&r, MAX_BODY - 5_000, "POINTER");
+        assert!(
+            audit.chars().count() < 5_000 && audit.contains("POINTER"),
+            "{}",
+            audit.len()
+        );
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_cut_with_a_pointer() {
+        assert_eq!(cut_to_the_limit("short".into(), "P"), "short");
+        let cut = cut_to_the_limit("x".repeat(MAX_BODY + 10), "POINTER");
+        assert_eq!(cut.chars().count(), MAX_BODY);
+        assert!(
+            cut.ends_with("characters; POINTER\n"),
+            "{}",
+            &cut[cut.len() - 80..]
+        );
+        assert!(reproduce_line(&sample("succeeded")).contains("Branch: `agent/42-fix-add`."));
     }
 
     #[test]
