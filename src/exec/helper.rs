@@ -14,13 +14,14 @@
 //!    namespaces, and a network namespace unless the network is on (run by a spawner, it
 //!    enters the user namespace and the network namespace the spawner made once instead of
 //!    making its own: [`Kept`]);
-//! 3. forks the namespace's init (pid 1), which builds the view: a fresh tmpfs as root
+//! 3. starts the namespace's init (pid 1) in its own memory ([`run_sharing_memory`]), which
+//!    builds the view: a fresh tmpfs as root
 //!    (`pivot_root`, as bubblewrap does), read-only binds of what the [`Spec`] names, the
 //!    worktree read-write with its `.git` directories read-only, bounded tmpfs `$HOME`, `/tmp`
 //!    and `/dev/shm`, a new `/proc` for the pid namespace, a minimal `/dev`; the host's root
 //!    is then detached, so nothing else of the machine is reachable by any path;
 //! 4. init brings up `lo` (and, for `allowlist`, hands the proxy's listening socket to the
-//!    agent), then forks the command, which sets its resource limits, drops every capability,
+//!    agent), then starts the command the same way, which sets its resource limits, drops every capability,
 //!    sets `no_new_privs`, enters a Landlock domain over the view and a seccomp filter, and
 //!    `exec`s;
 //! 5. init reaps everything until the command exits, then exits itself: the kernel kills every
@@ -377,24 +378,23 @@ fn outer(spec: &Spec, argv: &[CString], entered: Entered) -> Step<i32> {
             libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC),
             || "status pipe".into(),
         )?;
-        let pid = libc::fork();
-        if pid < 0 {
-            return Err(last_err(|| "fork the namespace's init".into()));
-        }
-        if pid == 0 {
+        // The helper only waits for init: it may as well be suspended while init runs in its
+        // memory, and no page table is copied.
+        let mut start_init = || -> c_int {
             libc::close(status_pipe[0]);
             // The namespace dies with the helper: a helper killed by the executor (timeout,
             // process group kill) takes init, and so every process of the command, with it.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            let code = match init(spec, argv, status_pipe[1], entered) {
+            match init(spec, argv, status_pipe[1], entered) {
                 Ok(()) => 0,
                 Err(f) => {
                     report(spec.step_fd, &f);
                     SETUP_FAILED
                 }
-            };
-            libc::_exit(code);
-        }
+            }
+        };
+        let pid = run_sharing_memory(&mut start_init)
+            .map_err(|e| io_err(e, || "start the namespace's init".into()))?;
         libc::close(status_pipe[1]);
         let mut st = 0;
         while libc::waitpid(pid, &mut st, 0) < 0 {
@@ -457,19 +457,19 @@ fn init(spec: &Spec, argv: &[CString], status_fd: RawFd, entered: Entered) -> St
     let cwd = cpath(&spec.cwd);
     // SAFETY: (rest) system calls; the child execs or exits.
     unsafe {
-        let pid = libc::fork();
-        if pid < 0 {
-            return Err(last_err(|| "fork the command".into()));
-        }
-        if pid == 0 {
+        // Init is suspended until the command has exec'd (or failed to): posix_spawn's way,
+        // with no page table copied for a child that replaces its image at once.
+        let mut start_command = || -> c_int {
             libc::close(status_fd);
             let f = match confine_and_exec(spec, argv, &cwd, ruleset.as_raw_fd(), &seccomp) {
                 Err(f) => f,
                 Ok(never) => match never {},
             };
             report(spec.step_fd, &f);
-            libc::_exit(127);
-        }
+            127
+        };
+        let pid = run_sharing_memory(&mut start_command)
+            .map_err(|e| io_err(e, || "start the command".into()))?;
         drop(ruleset);
         libc::close(spec.step_fd);
         loop {
@@ -483,6 +483,58 @@ fn init(spec: &Spec, argv: &[CString], status_fd: RawFd, entered: Entered) -> St
                 return Err(last_err(|| "wait for the command".into()));
             }
         }
+    }
+}
+
+/// The stack of a [`run_sharing_memory`] child; init builds the view on it.
+const CHILD_STACK: usize = 1 << 20;
+
+/// Run `f` in a child that shares this process's memory (`CLONE_VM | CLONE_VFORK`, as
+/// `posix_spawn` does), on a stack of its own with a guard page below it; the child ends with
+/// `f`'s return value as its exit code. This process is suspended until the child execs or
+/// exits, so the two never run at once and nothing of this process is copied: a fork of the
+/// agent's image costs 100–200 µs of page tables and copy-on-write faults here, two per
+/// command. Returns the child's pid.
+///
+/// # Safety
+/// Only in a single-threaded process. `f` runs with this process's memory, so what it
+/// allocates stays allocated here, and it must not unwind.
+unsafe fn run_sharing_memory(f: &mut dyn FnMut() -> c_int) -> std::io::Result<libc::pid_t> {
+    extern "C" fn trampoline(arg: *mut libc::c_void) -> c_int {
+        // SAFETY: `arg` is the `&mut dyn FnMut` below, alive until the child execs or exits.
+        let f = unsafe { &mut *arg.cast::<&mut dyn FnMut() -> c_int>() };
+        let code = f();
+        // SAFETY: ends the child without running this process's exit handlers.
+        unsafe { libc::_exit(code) }
+    }
+    // SAFETY: (whole body) an anonymous mapping we own, unmapped once the child has left it.
+    unsafe {
+        let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096);
+        let len = CHILD_STACK + page;
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The guard page: an overflow faults instead of writing into whatever lies below.
+        libc::mprotect(stack, page, libc::PROT_NONE);
+        let mut f = f;
+        let pid = libc::clone(
+            trampoline,
+            stack.cast::<u8>().add(len).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut f as *mut &mut dyn FnMut() -> c_int).cast(),
+        );
+        let err = std::io::Error::last_os_error();
+        // The child has exec'd (its own memory now) or exited: the stack is free.
+        libc::munmap(stack, len);
+        if pid < 0 { Err(err) } else { Ok(pid) }
     }
 }
 
