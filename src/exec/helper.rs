@@ -948,21 +948,16 @@ fn build_view(spec: &Spec) -> Step {
             Mount::Dev { shm_size, .. } => dev(old, &dest, *shm_size)?,
         }
     }
-    // Detach the host's root: from here on no path leads out of the view.
-    let o = cpath(old);
-    check(
-        // SAFETY: umount2 of a mount point we made.
-        unsafe { libc::umount2(o.as_ptr(), libc::MNT_DETACH) },
-        || "detach the host's root".into(),
-    )?;
     std::env::set_current_dir(new).map_err(|e| io_err(e, || "chdir /newroot".into()))?;
-    // SAFETY: pivot_root(".", ".") stacks the old root on the new one; it is then detached.
+    // SAFETY: pivot_root(".", ".") stacks the set-up tmpfs, with the host's root below it at
+    // /oldroot, on the view; one lazy unmount detaches both, and from here on no path leads
+    // out of the view. (One detach, not one per tree: each ends in an RCU grace period.)
     unsafe {
         if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0 {
             return Err(last_err(|| "pivot_root into the view".into()));
         }
         check(libc::umount2(c".".as_ptr(), libc::MNT_DETACH), || {
-            "detach the set-up tmpfs".into()
+            "detach the set-up tmpfs and the host's root".into()
         })?;
     }
     std::env::set_current_dir("/").map_err(|e| io_err(e, || "chdir /".into()))?;

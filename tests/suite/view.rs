@@ -341,6 +341,44 @@ async fn etc_shadow_is_not_readable_as_root() {
     assert!(!t.contains("root:*:") && !t.contains("root:!"), "{t}");
 }
 
+/// Guards the view's root: once built, the command's mount table holds the view and nothing
+/// of the set-up — one root (read-only tmpfs), no host root left stacked beneath it at
+/// `/oldroot`, no `/newroot` — so no path, and no mount a `..` could climb, leads out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_view_is_the_only_tree_in_the_mount_table_as_root() {
+    let m = machine();
+    let exec = LocalExecutor::new(&m.worktree, opts(Path_::Root)).unwrap();
+    let out = sh(&exec, "cat /proc/self/mountinfo; echo end").await;
+    let t = text(&out);
+    assert!(t.ends_with("end\n"), "{t}");
+    let points: Vec<(&str, &str)> = t
+        .lines()
+        .filter(|l| *l != "end")
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let fstype = l.split(" - ").nth(1).and_then(|r| r.split(' ').next());
+            (f[4], fstype.unwrap_or(""))
+        })
+        .collect();
+    let roots: Vec<_> = points.iter().filter(|(p, _)| *p == "/").collect();
+    assert_eq!(roots.len(), 1, "one root, nothing stacked under it:\n{t}");
+    assert_eq!(roots[0].1, "tmpfs", "{t}");
+    let root_line = t
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/"))
+        .unwrap();
+    assert!(
+        root_line.split(' ').nth(5).unwrap().starts_with("ro"),
+        "{root_line}"
+    );
+    for (p, _) in &points {
+        assert!(
+            !p.starts_with("/oldroot") && !p.starts_with("/newroot"),
+            "the set-up's {p} is still mounted:\n{t}"
+        );
+    }
+}
+
 /// Guards 32 against a full disk: on a file system with less free than the growth bound, a
 /// command writing without end is stopped while the machine still has its reserve (a quarter
 /// of what was free, at most 256 MiB), never left to fill it. A 256 MiB tmpfs stands in for
