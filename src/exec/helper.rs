@@ -59,11 +59,12 @@ pub(crate) fn is_helper_call(argv: &[CString]) -> bool {
 /// process of this same binary: exec'ing it again only reloads a large executable (about
 /// 1.5 ms a command for `git-agent`).
 ///
-/// `kept` are the spawner's namespaces, entered instead of made anew.
+/// `ns` says how the command's namespaces come: entered from what the spawner keeps and made
+/// here, or already made before the request came (a standby helper).
 ///
 /// # Safety
 /// Only in a single-threaded process that ends here (the spawner's forked child).
-pub(crate) unsafe fn run_in_process(argv: &[CString], env: &[CString], kept: Option<&Kept>) -> ! {
+pub(crate) unsafe fn run_in_process(argv: &[CString], env: &[CString], ns: Namespaces<'_>) -> ! {
     // SAFETY: (whole body) the environment of a single-threaded process, then its end.
     unsafe {
         libc::clearenv();
@@ -79,7 +80,7 @@ pub(crate) unsafe fn run_in_process(argv: &[CString], env: &[CString], kept: Opt
             libc::setenv(k.as_ptr(), v.as_ptr(), 1);
         }
         let args: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
-        libc::_exit(main(&args, kept))
+        libc::_exit(main(&args, ns))
     }
 }
 
@@ -163,6 +164,46 @@ impl Kept {
             Ok(Entered { user: true, net })
         }
     }
+}
+
+/// How a helper comes by its command's namespaces.
+pub(crate) enum Namespaces<'a> {
+    /// Enter what the spawner keeps (when it keeps any) and make the rest, per command.
+    Make(Option<&'a Kept>),
+    /// Entered and made before the request came ([`prepare`]).
+    Ready(Ready),
+}
+
+/// A standby helper's namespaces: the spawner's user and network namespaces entered, and the
+/// next command's mount, pid, IPC and UTS namespaces made (the pid namespace's init is not
+/// started yet: it is the first child, and it builds the view when the request comes).
+#[derive(Debug)]
+pub(crate) struct Ready {
+    entered: Entered,
+}
+
+/// Enter `kept` and make the next command's namespaces, ahead of its request: a standby
+/// helper's first step (see [`super::spawner`]). Only for a spawner that keeps a network
+/// namespace (the network off), so that nothing about the command's network is left to
+/// decide when its request comes.
+///
+/// # Safety
+/// Only in a single-threaded process (the spawner's forked child).
+pub(crate) unsafe fn prepare(kept: &Kept) -> std::io::Result<Ready> {
+    let failed = |f: Failure| {
+        std::io::Error::new(
+            std::io::Error::from_raw_os_error(f.errno).kind(),
+            format!("{}: {}", f.what, std::io::Error::from_raw_os_error(f.errno)),
+        )
+    };
+    if kept.net.is_none() {
+        return Err(std::io::Error::other(
+            "a standby helper needs the spawner's network namespace",
+        ));
+    }
+    let entered = kept.enter(true).map_err(failed)?;
+    make_namespaces(false, entered).map_err(failed)?;
+    Ok(Ready { entered })
 }
 
 /// The child of [`Kept::create`]: make the namespaces, say so (a zero byte) on `ready`, and
@@ -293,7 +334,7 @@ fn cpath(p: &Path) -> CString {
 }
 
 /// The helper's `main`. `args` is the whole command line.
-pub(super) fn main(args: &[Vec<u8>], kept: Option<&Kept>) -> i32 {
+pub(super) fn main(args: &[Vec<u8>], ns: Namespaces<'_>) -> i32 {
     let Some(spec) = args
         .get(2)
         .and_then(|s| serde_json::from_slice::<Spec>(s).ok())
@@ -308,13 +349,18 @@ pub(super) fn main(args: &[Vec<u8>], kept: Option<&Kept>) -> i32 {
     if argv.is_empty() || args.get(3).map(Vec::as_slice) != Some(b"--") {
         return SETUP_FAILED;
     }
-    let entered = match kept.map(|k| k.enter(spec.unshare_net)) {
-        None => Entered::default(),
-        Some(Ok(e)) => e,
-        Some(Err(f)) => {
-            report(spec.step_fd, &f);
-            return SETUP_FAILED;
-        }
+    let (entered, made) = match ns {
+        Namespaces::Make(None) => (Entered::default(), false),
+        Namespaces::Make(Some(k)) => match k.enter(spec.unshare_net) {
+            Ok(e) => (e, false),
+            Err(f) => {
+                report(spec.step_fd, &f);
+                return SETUP_FAILED;
+            }
+        },
+        // Made with the spawner's network namespace: a command that is to have the network
+        // would find none, which fails closed; one without it is as it asked.
+        Namespaces::Ready(r) => (r.entered, true),
     };
     let mut keep = vec![spec.step_fd];
     keep.extend(spec.proxy_fd);
@@ -323,7 +369,11 @@ pub(super) fn main(args: &[Vec<u8>], kept: Option<&Kept>) -> i32 {
         // SAFETY: the command must not inherit these; init and the helper keep them open.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    match outer(&spec, &argv, entered) {
+    let namespaces = match made {
+        true => Ok(()),
+        false => make_namespaces(spec.unshare_net, entered),
+    };
+    match namespaces.and_then(|()| outer(&spec, &argv, entered)) {
         Ok(code) => code,
         Err(f) => {
             report(spec.step_fd, &f);
@@ -357,22 +407,28 @@ fn write_file(path: &str, data: &str) -> Step {
     std::fs::write(path, data).map_err(|e| io_err(e, || format!("write {path}")))
 }
 
-/// Namespaces (those not `entered` already), then init; returns the exit code the helper
-/// ends with (or re-raises the command's signal and does not return).
-fn outer(spec: &Spec, argv: &[CString], entered: Entered) -> Step<i32> {
+/// The command's namespaces, those not `entered` already: a user namespace of its own, then
+/// mount, pid, IPC and UTS namespaces, and a network namespace when `unshare_net`.
+fn make_namespaces(unshare_net: bool, entered: Entered) -> Step {
     if !entered.user {
         make_user_namespace()?;
     }
+    let mut flags =
+        libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    if unshare_net && !entered.net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: unshare in a single-threaded process.
+    check(unsafe { libc::unshare(flags) }, || {
+        "create mount, pid, IPC, UTS and network namespaces".into()
+    })
+}
+
+/// Init, in the namespaces made; returns the exit code the helper ends with (or re-raises
+/// the command's signal and does not return).
+fn outer(spec: &Spec, argv: &[CString], entered: Entered) -> Step<i32> {
     // SAFETY: (whole body) system calls on memory we own; this process is single-threaded.
     unsafe {
-        let mut flags =
-            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-        if spec.unshare_net && !entered.net {
-            flags |= libc::CLONE_NEWNET;
-        }
-        check(libc::unshare(flags), || {
-            "create mount, pid, IPC, UTS and network namespaces".into()
-        })?;
         let mut status_pipe = [0; 2];
         check(
             libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC),

@@ -39,7 +39,7 @@ extern "C" fn hook(argc: c_int, argv: *const *const c_char, _envp: *const *const
             .map(|i| CStr::from_ptr(*argv.add(i)).to_bytes().to_vec())
             .collect()
     };
-    let code = super::helper::main(&args, None);
+    let code = super::helper::main(&args, super::helper::Namespaces::Make(None));
     // SAFETY: ends the helper without running the host program's `main`.
     unsafe { libc::_exit(code) }
 }

@@ -402,6 +402,8 @@ impl LocalExecutor {
         if s.reusable()
             && let Ok(mut v) = self.spawners.lock()
         {
+            // Its last command is cleaned up after: the next one's sandbox may be readied.
+            s.ready_the_next();
             v.push(s);
         }
     }

@@ -206,9 +206,17 @@ async fn the_spawner_is_exec_d_and_holds_nothing_of_the_agent() {
     let (out, pid) = tokio::join!(exec.run(command), look);
     let out = out.unwrap();
     assert_eq!(out.status, Termination::Exited(0), "{}", text(&out));
-    // Idle, back in the pool: the control socket and the namespaces.
+    // Idle, back in the pool: the control socket and the namespaces, and once it has readied
+    // the next command's standby helper, that one's socket and status pipe.
     if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        assert_spawner_holds(pid, &["socket:", "user:[", "net:["]);
+        for _ in 0..200 {
+            let open = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+            if open == 8 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_spawner_holds(pid, &["socket:", "user:[", "net:[", "socket:", "pipe:"]);
     }
     drop(leaked);
 }

@@ -341,6 +341,78 @@ async fn etc_shadow_is_not_readable_as_root() {
     assert!(!t.contains("root:*:") && !t.contains("root:!"), "{t}");
 }
 
+/// Processes of the host whose user namespace is `ns` (a `/proc/PID/ns/user` link's target).
+fn in_user_namespace(ns: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/user"))
+                .is_ok_and(|l| l.to_string_lossy() == ns)
+        })
+        .collect()
+}
+
+/// Guards the standby helper (the next command's sandbox readied between commands): it is
+/// there between two commands, in the spawner's user namespace; each command still gets
+/// mount and pid namespaces of its own (a fresh `/tmp`, nothing the one before left
+/// running); and nothing of it outlives the executor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_command_gets_fresh_namespaces_from_a_standby_that_dies_with_the_executor_as_root() {
+    let m = machine();
+    let exec = LocalExecutor::new(&m.worktree, opts(Path_::Root)).unwrap();
+    let show = "readlink /proc/self/ns/user";
+    let first = text(
+        &sh(
+            &exec,
+            &format!("echo left > /tmp/left; (sleep 300 &); {show}; echo end"),
+        )
+        .await,
+    );
+    assert!(first.ends_with("end\n"), "{first}");
+    let user = first.lines().next().unwrap().to_string();
+    // Between commands, the standby waits in the spawner's user namespace.
+    let standby = |user: String| async move {
+        for _ in 0..100 {
+            let waiting = in_user_namespace(&user);
+            if !waiting.is_empty() {
+                return waiting;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no standby in {user} between commands");
+    };
+    standby(user.clone()).await;
+    let second = text(
+        &sh(
+            &exec,
+            &format!("cat /tmp/left 2>&1; ps -e -o comm= | grep -c sleep; {show}; echo end"),
+        )
+        .await,
+    );
+    let lines: Vec<&str> = second.lines().collect();
+    assert!(lines[0].contains("No such file"), "/tmp is fresh: {second}");
+    assert_eq!(lines[1], "0", "the first command's sleep is gone: {second}");
+    assert_eq!(lines[2], user, "one user namespace per spawner: {second}");
+    // (Namespace inode numbers are reused once freed, so they cannot show two commands' apart;
+    // the fresh /tmp and the gone sleep do.)
+    let waiting = standby(user.clone()).await;
+    drop(exec);
+    let mut left = Vec::new();
+    for _ in 0..200 {
+        left = in_user_namespace(&user);
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        left.is_empty(),
+        "processes outlive the executor: {left:?} (the standby was {waiting:?})"
+    );
+}
+
 /// Guards the view's root: once built, the command's mount table holds the view and nothing
 /// of the set-up — one root (read-only tmpfs), no host root left stacked beneath it at
 /// `/oldroot`, no `/newroot` — so no path, and no mount a `..` could climb, leads out.
