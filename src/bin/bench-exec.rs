@@ -264,7 +264,12 @@ fn suites(rt: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::error::Error>
                 })
                 .collect()
         };
+        // Each run after a pause, as commands come in a run (between model calls): what one
+        // side leaves working in the background (the spawner readying its next helper) is not
+        // timed into the other side's run.
+        let pause = || std::thread::sleep(Duration::from_millis(20));
         let inside = || -> Result<(Duration, Vec<String>), Box<dyn std::error::Error>> {
+            pause();
             let t = Instant::now();
             let out = rt.block_on(exec.run(ExecRequest::shell(format!("{line} 2>&1"))))?;
             let d = t.elapsed();
@@ -288,6 +293,7 @@ fn suites(rt: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::error::Error>
             .collect();
         let env = git_agent::exec::sandbox_env(std::env::vars(), &pass, &home, &tmp, &[]);
         let outside = || -> Result<(Duration, Vec<String>), Box<dyn std::error::Error>> {
+            pause();
             let t = Instant::now();
             let out = std::process::Command::new("/bin/sh")
                 .args(["-c", &format!("{line} 2>&1")])
