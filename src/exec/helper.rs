@@ -203,6 +203,7 @@ pub(crate) unsafe fn prepare(kept: &Kept) -> std::io::Result<Ready> {
     }
     let entered = kept.enter(true).map_err(failed)?;
     make_namespaces(false, entered).map_err(failed)?;
+    make_stacks_ahead();
     Ok(Ready { entered })
 }
 
@@ -565,9 +566,44 @@ unsafe fn run_sharing_memory(f: &mut dyn FnMut() -> c_int) -> std::io::Result<li
     }
     // SAFETY: (whole body) an anonymous mapping we own, unmapped once the child has left it.
     unsafe {
+        let stack = match take_stack_made_ahead() {
+            Some(s) => s,
+            None => map_stack()?,
+        };
+        let mut f = f;
+        let pid = libc::clone(
+            trampoline,
+            stack.base.cast::<u8>().add(stack.len).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut f as *mut &mut dyn FnMut() -> c_int).cast(),
+        );
+        let err = std::io::Error::last_os_error();
+        // The child has exec'd (its own memory now) or exited: the stack is free.
+        libc::munmap(stack.base, stack.len);
+        if pid < 0 { Err(err) } else { Ok(pid) }
+    }
+}
+
+/// A child's stack: an anonymous mapping with a guard page at its low end.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+/// How much of a stack made ahead is faulted in: what init and the command's child use
+/// before `exec` fits in it many times over.
+const STACK_FAULTED_AHEAD: usize = 128 << 10;
+
+/// Stacks a standby helper made ahead ([`make_stacks_ahead`]), for init and the command.
+static mut STACKS_MADE_AHEAD: [Option<Stack>; 2] = [const { None }; 2];
+
+/// Map a child's stack of [`CHILD_STACK`] with a guard page below it.
+fn map_stack() -> std::io::Result<Stack> {
+    // SAFETY: a fresh anonymous mapping; the guard page's protection is ours to set.
+    unsafe {
         let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096);
         let len = CHILD_STACK + page;
-        let stack = libc::mmap(
+        let base = libc::mmap(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
@@ -575,22 +611,39 @@ unsafe fn run_sharing_memory(f: &mut dyn FnMut() -> c_int) -> std::io::Result<li
             -1,
             0,
         );
-        if stack == libc::MAP_FAILED {
+        if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
         // The guard page: an overflow faults instead of writing into whatever lies below.
-        libc::mprotect(stack, page, libc::PROT_NONE);
-        let mut f = f;
-        let pid = libc::clone(
-            trampoline,
-            stack.cast::<u8>().add(len).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&mut f as *mut &mut dyn FnMut() -> c_int).cast(),
-        );
-        let err = std::io::Error::last_os_error();
-        // The child has exec'd (its own memory now) or exited: the stack is free.
-        libc::munmap(stack, len);
-        if pid < 0 { Err(err) } else { Ok(pid) }
+        libc::mprotect(base, page, libc::PROT_NONE);
+        Ok(Stack { base, len })
+    }
+}
+
+/// Map init's and the command's stacks now and fault in their top, so that neither pays
+/// for it when the request comes (a standby helper, single-threaded).
+fn make_stacks_ahead() {
+    // SAFETY: the only access to the array, in a single-threaded process; each top is inside
+    // its fresh mapping.
+    unsafe {
+        let stacks = &raw mut STACKS_MADE_AHEAD;
+        for slot in (*stacks).iter_mut() {
+            if let Ok(s) = map_stack() {
+                let top = s.base.cast::<u8>().add(s.len - STACK_FAULTED_AHEAD);
+                std::ptr::write_bytes(top, 0, STACK_FAULTED_AHEAD);
+                *slot = Some(s);
+            }
+        }
+    }
+}
+
+/// One of the stacks made ahead, if any is left.
+fn take_stack_made_ahead() -> Option<Stack> {
+    // SAFETY: as in `make_stacks_ahead`: one process (and the children that share its
+    // memory, which run only while it is suspended) at a time.
+    unsafe {
+        let stacks = &raw mut STACKS_MADE_AHEAD;
+        (*stacks).iter_mut().find_map(Option::take)
     }
 }
 
